@@ -1,0 +1,1 @@
+"""MiniMind as a registered transformers model (filled in by the modeling work)."""

@@ -1,0 +1,35 @@
+"""Shared test set-up: offline Hugging Face, a private HF_HOME, few threads, reference data path."""
+
+import os
+import tempfile
+from pathlib import Path
+
+# Must happen before any Hugging Face import.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="minimind-trl-hf-home-"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_DIR = REPO_ROOT.parent / "shared" / "minimind_reference"
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> Path:
+    """The upstream golden data (`../shared/minimind_reference`); skips when absent."""
+    if not (REFERENCE_DIR / "models.json").is_file():
+        pytest.skip(f"reference data not found at {REFERENCE_DIR}")
+    return REFERENCE_DIR
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
