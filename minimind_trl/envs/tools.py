@@ -1,0 +1,50 @@
+"""Tools for the multi-turn environment: the public face of `minimind_trl.envs`.
+
+* `ToolRegistry` (schemas from type hints and Google-style docstrings; ``call`` never raises
+  and returns an observation: ``{"result": "<value>"}`` or ``{"error": "<message>"}``),
+  `format_number`, `ToolError` — see `minimind_trl.envs.registry`;
+* the built-in tools and their fixed tables (`EXCHANGE_RATES`, `UNIT_FACTORS`, ...) — see
+  `minimind_trl.envs.builtin_tools`, itself loaded as a plugin;
+* `parse_tool_calls` — see `minimind_trl.envs.parsing`;
+* `default_registry()` — a fresh registry holding the built-ins plus any extra tool plugins.
+"""
+
+from __future__ import annotations
+
+from minimind_trl.envs.builtin_tools import (
+    BUILTIN_TOOLS,
+    EXCHANGE_RATES,
+    TEMPERATURE_UNITS,
+    UNIT_ALIASES,
+    UNIT_FACTORS,
+    convert_units,
+    exchange_rate,
+)
+from minimind_trl.envs.parsing import ToolCallParse, parse_tool_calls
+from minimind_trl.envs.registry import ToolError, ToolRegistry, ToolSpec, format_number
+from minimind_trl.envs.safe_math import evaluate_expression
+
+BUILTIN_TOOL_PLUGIN = "minimind_trl.envs.builtin_tools"
+DEFAULT_TOOL_NAMES = tuple(tool.__name__ for tool in BUILTIN_TOOLS)
+
+
+def default_registry(plugins: list[str] | tuple[str, ...] = (), timeout_s: float = 1.0
+                     ) -> ToolRegistry:
+    """A new `ToolRegistry` with the eight built-in tools (calculate_math, unit_converter,
+    get_exchange_rate, get_current_weather, get_current_time, translate_text, random_number,
+    text_length), registered through the plugin loader, then each extra tool plugin spec in
+    ``plugins`` (see `minimind_trl.plugins.load_tool_plugin`)."""
+    from minimind_trl.plugins import load_tool_plugin
+
+    registry = ToolRegistry(timeout_s=timeout_s)
+    for spec in (BUILTIN_TOOL_PLUGIN, *plugins):
+        load_tool_plugin(registry, spec)
+    return registry
+
+
+__all__ = [
+    "BUILTIN_TOOLS", "DEFAULT_TOOL_NAMES", "EXCHANGE_RATES", "TEMPERATURE_UNITS", "UNIT_ALIASES",
+    "UNIT_FACTORS", "ToolCallParse", "ToolError", "ToolRegistry", "ToolSpec", "convert_units",
+    "default_registry", "evaluate_expression", "exchange_rate", "format_number",
+    "parse_tool_calls",
+]

@@ -1,0 +1,83 @@
+"""A reward from a local sequence-classification reward model.
+
+`make_reward_model_reward(path)` loads ``AutoModelForSequenceClassification`` and its tokenizer
+from a local folder and returns a TRL reward function whose value for a completion is the
+model's first logit on
+
+    chat_template([{"role": "user", "content": question}, {"role": "assistant", "content": answer}])
+
+(or ``question + "\\n" + answer`` when the tokenizer has no chat template), where ``question`` is
+the last user message of the prompt (the whole prompt if it is a string) and ``answer`` the
+completion's final answer (`final_answer_text`: after the last tool result, without think and
+tool-call blocks). Texts are truncated to ``max_length`` tokens from the left so the answer
+survives. Scoring runs without gradients, in batches when the tokenizer has a pad token (else
+one text at a time, since the model finds each sequence's last token through the pad id).
+"""
+
+from __future__ import annotations
+
+from minimind_trl.rewards.rewards import RewardFunction
+from minimind_trl.rewards.trajectory import view_completion
+
+
+def _question(prompt) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt or [] if m.get("role") == "user"]
+    content = users[-1] if users else ""
+    return content if isinstance(content, str) else str(content)
+
+
+class RewardModelScorer:
+    """Loads a reward model folder once; `score(questions, answers)` returns one float each."""
+
+    def __init__(self, path: str, device: str | None = None, max_length: int = 1024,
+                 batch_size: int = 8):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.truncation_side = "left"
+        self.model = AutoModelForSequenceClassification.from_pretrained(path).to(self.device)
+        self.model.eval().requires_grad_(False)
+        self.max_length, self.batch_size = max_length, batch_size
+        if self.tokenizer.pad_token_id is not None:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+
+    def render(self, question: str, answer: str) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": question},
+                        {"role": "assistant", "content": answer}]
+            return self.tokenizer.apply_chat_template(messages, tokenize=False)
+        return f"{question}\n{answer}"
+
+    def score(self, questions: list[str], answers: list[str]) -> list[float]:
+        import torch
+
+        texts = [self.render(q, a) for q, a in zip(questions, answers)]
+        step = self.batch_size if self.tokenizer.pad_token_id is not None else 1
+        scores: list[float] = []
+        for start in range(0, len(texts), step):
+            batch = self.tokenizer(texts[start:start + step], return_tensors="pt",
+                                   padding=step > 1, truncation=True, max_length=self.max_length,
+                                   add_special_tokens=False).to(self.device)
+            with torch.no_grad():
+                logits = self.model(**batch).logits
+            scores.extend(logits[:, 0].float().cpu().tolist())
+        return scores
+
+
+def make_reward_model_reward(path: str, device: str | None = None, max_length: int = 1024,
+                             batch_size: int = 8, name: str = "reward_model_reward"
+                             ) -> RewardFunction:
+    """TRL reward function scoring each completion's final answer with a local reward model."""
+    scorer = RewardModelScorer(path, device=device, max_length=max_length, batch_size=batch_size)
+
+    def reward(prompts, completions, **kwargs) -> list[float]:
+        answers = [view_completion(c).final_answer for c in completions]
+        return scorer.score([_question(p) for p in prompts], answers)
+
+    reward.__name__ = reward.__qualname__ = name
+    reward.scorer = scorer
+    return reward

@@ -1,0 +1,293 @@
+"""Reward functions (task, components, upstream parity, reward model) and trajectory metrics."""
+
+import json
+import math
+
+import pytest
+
+from minimind_trl.plugins import get_reward_function
+from minimind_trl.rewards import (
+    TrajectoryRecord,
+    coverage_reward,
+    format_reward,
+    lenient_gt_hits,
+    make_minimind_agent_reward,
+    make_task_reward,
+    record_from_completion,
+    rep_penalty,
+    success_reward,
+    summarize_trajectories,
+    task_reward,
+    verify,
+    view_completion,
+)
+from minimind_trl.rewards.upstream import minimind_agent_score
+
+
+def call_block(name, arguments):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+def text_trajectory(call_args, observations, final):
+    """A completion as text: calls, their observations, then the final answer."""
+    parts = []
+    for args, obs in zip(call_args, observations):
+        parts.append(call_block("calculate_math", args) + "<|im_end|>\n<|im_start|>user\n"
+                     f"<tool_response>\n{obs}\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    return "".join(parts) + final + "<|im_end|>"
+
+
+def message_trajectory(calls, observations, final):
+    """The same in TRL tool-mode form (a list of messages)."""
+    messages = []
+    for args, obs in zip(calls, observations):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "calculate_math", "arguments": args}}]})
+        messages.append({"role": "tool", "name": "calculate_math", "content": obs})
+    if final is not None:
+        messages.append({"role": "assistant", "content": final})
+    return messages
+
+
+GT = [[36, 7]] * 4
+PROMPTS = [[{"role": "user", "content": "q"}]] * 4
+CORRECT = text_trajectory([{"expression": "12*3"}, {"expression": "49/7"}],
+                          ['{"result": "36"}', '{"result": "7"}'], "The answers are 36 and 7.")
+HALF = text_trajectory([{"expression": "12*3"}], ['{"result": "36"}'], "The answer is 36.")
+MALFORMED_BUT_RIGHT = '<tool_call>\n{"name": oops}\n</tool_call>\nSo 36 and 7.'
+NOTHING = "I cannot say."
+
+
+def test_task_reward_hand_values():
+    completions = [CORRECT, HALF, MALFORMED_BUT_RIGHT, NOTHING]
+    # R = 1.0·success + 0.5·coverage − 0.5·[malformed]
+    assert task_reward(PROMPTS, completions, gt=GT) == [1.5, 0.25, 1.0, 0.0]
+    assert success_reward(PROMPTS, completions, gt=GT) == [1.0, 0.0, 1.0, 0.0]
+    assert coverage_reward(PROMPTS, completions, gt=GT) == [1.0, 0.5, 1.0, 0.0]
+    assert format_reward(PROMPTS, completions, gt=GT) == [0.0, 0.0, -1.0, 0.0]
+    custom = make_task_reward(success_weight=2.0, coverage_weight=0.0, malformed_penalty=1.0,
+                              name="strict")
+    assert custom.__name__ == "strict"
+    assert custom(PROMPTS, completions, gt=GT) == [2.0, 0.0, 1.0, 0.0]
+
+
+def test_components_with_reward_weights_sum_to_task_reward():
+    completions = [CORRECT, HALF, MALFORMED_BUT_RIGHT, NOTHING]
+    weights = [1.0, 0.5, 0.5]
+    parts = [f(PROMPTS, completions, gt=GT) for f in (success_reward, coverage_reward,
+                                                      format_reward)]
+    combined = [sum(w * p[i] for w, p in zip(weights, parts)) for i in range(4)]
+    assert combined == task_reward(PROMPTS, completions, gt=GT)
+
+
+def test_equal_trajectories_get_equal_rewards():
+    completions = [CORRECT, CORRECT, HALF, HALF]
+    for func in (task_reward, success_reward, coverage_reward, format_reward,
+                 make_minimind_agent_reward()):
+        rewards = func(PROMPTS, completions, gt=GT)
+        assert rewards[0] == rewards[1] and rewards[2] == rewards[3]
+
+
+def test_message_form_matches_text_form():
+    messages = [
+        message_trajectory([{"expression": "12*3"}, {"expression": "49/7"}],
+                           ['{"result": "36"}', '{"result": "7"}'], "The answers are 36 and 7."),
+        message_trajectory([{"expression": "12*3"}], ['{"result": "36"}'], "The answer is 36."),
+        [{"role": "assistant", "content": MALFORMED_BUT_RIGHT}],
+        [{"role": "assistant", "content": NOTHING}],
+    ]
+    assert task_reward(PROMPTS, messages, gt=GT) == [1.5, 0.25, 1.0, 0.0]
+    view = view_completion(messages[0])
+    assert view.turns == 3 and len(view.calls) == 2 and view.observations[1] == '{"result": "7"}'
+    assert not view.unfinished and view.final_answer == "The answers are 36 and 7."
+
+
+def test_unfinished_trajectory_has_no_final_answer():
+    ends_on_tool = message_trajectory([{"expression": "12*3"}], ['{"result": "36"}'], None)
+    view = view_completion(ends_on_tool)
+    assert view.unfinished and view.final_answer == ""
+    text = text_trajectory([{"expression": "12*3"}], ['{"result": "36"}'], "")
+    assert view_completion(text).unfinished
+    assert task_reward(PROMPTS[:1], [ends_on_tool], gt=[[36]]) == [0.0]
+
+
+def test_reward_needs_gt_column():
+    with pytest.raises(KeyError, match="'gt'"):
+        task_reward(PROMPTS[:1], [CORRECT])
+
+
+def test_gt_rows_may_be_single_values_or_json_strings():
+    completions = [CORRECT, CORRECT, HALF]
+    assert coverage_reward(PROMPTS[:3], completions, gt=['[36, "7"]', 36, "[36, 7]"]) \
+        == [1.0, 1.0, 0.5]
+
+
+def test_registered_reward_names():
+    assert get_reward_function("success_reward") is success_reward
+    weighted = get_reward_function("task_reward", coverage_weight=1.0)
+    assert weighted(PROMPTS[:1], [HALF], gt=[[36, 7]]) == [0.5]
+    with pytest.raises(TypeError, match="takes no options"):
+        get_reward_function("success_reward", weight=2)
+
+
+# ------------------------------------------------------------------ upstream parity reward
+
+def test_rep_penalty_hand_values():
+    assert rep_penalty("a b c a b c") == pytest.approx(0.25)  # 4 trigrams, 1 repeat: 1·1/4
+    assert rep_penalty("a a a a a") == 0.5  # 3 trigrams, 2 repeats: 2/3 capped at 0.5
+    assert rep_penalty("one two") == 0.0
+
+
+def test_lenient_gt_check_keeps_the_upstream_weakness():
+    assert lenient_gt_hits("The answer is 2932.", ["9"]) == {"9"}
+    assert not verify("The answer is 2932.", ["9"]).success
+    assert lenient_gt_hits("1,000 apples", [1000]) == {"1000"}
+    assert lenient_gt_hits("5 and 5", [5, 5]) == {"5"}  # a set: counted once
+
+
+def score(completion, gt):
+    from minimind_trl.envs.tools import default_registry
+
+    return minimind_agent_score(view_completion(completion), gt, default_registry())
+
+
+def test_upstream_reward_hand_values():
+    # tool branch: gap 0 → +0.5, GT hit → +2.5, no repetition → total 3.0 (clip bound)
+    one_call = text_trajectory([{"expression": "12*3"}], ['{"result": "36"}'], "答案是36")
+    assert score(one_call, ["36"]) == 3.0
+    # two valid calls for one GT: gap 1 → −0.5; hit +2.5; "答案是36" has no trigram → 2.0
+    two_calls = text_trajectory([{"expression": "12*3"}, {"expression": "1+1"}],
+                                ['{"result": "36"}', '{"result": "2"}'], "答案是36")
+    assert score(two_calls, ["36"]) == 2.0
+    # an invalid call (unknown tool) and a hit: gap |0−1| + 1 = 2 → −1.0; +2.5 → 1.5
+    bad_tool = call_block("no_tool", {}) + "<tool_response>\n{}\n</tool_response>\n答案是36"
+    assert score(bad_tool, ["36"]) == 1.5
+    # no tool call, 20 characters, no think → +0.5
+    assert score("Hello there, friend.", ["36"]) == 0.5
+    # think of 32 characters: +0.5 length, +1.0 think, +0.25 single </think> → 1.75
+    assert score("I am thinking about this problem</think>\n\nThe answer is 42.", [42]) == 1.75
+    # unbalanced tag: −0.5, length 16 → +0.5, trigrams distinct → 0.0
+    assert score("<tool_call> {bad", [42]) == 0.0
+
+
+def test_upstream_reward_unfinished():
+    messages = message_trajectory([{"expression": "1+1"}], ['{"result": "2"}'], None)
+    view = view_completion(messages)
+    answer = view.turn_texts[-1].strip()
+    # gap 0 → +0.5; final text "" → no GT credit; unfinished −0.5; − rep_penalty(answer)
+    assert score(messages, [2]) == pytest.approx(0.5 - 0.5 - rep_penalty(answer))
+
+
+def test_upstream_reward_as_trl_function():
+    reward = get_reward_function("minimind_agent_reward")
+    assert reward.__name__ == "minimind_agent_reward"
+    assert reward(PROMPTS[:2], [CORRECT, NOTHING], gt=[[36, 7], [36, 7]]) == [3.0, 0.5]
+
+
+# ------------------------------------------------------------------ reward-model reward
+
+def tiny_tokenizer():
+    try:
+        from minimind_trl.tokenization import load_tokenizer
+
+        return load_tokenizer()
+    except Exception:  # the packaged tokenizer may not be built yet
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from transformers import PreTrainedTokenizerFast
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(["The answer is 36.", "What is 12*3?", "答案是36"], trainer)
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|endoftext|>",
+                                            eos_token="<|im_end|>")
+        try:  # the project's chat template, when that module is present
+            from minimind_trl.tokenization import CHAT_TEMPLATE
+
+            tokenizer.chat_template = CHAT_TEMPLATE
+        except ImportError:
+            pass
+        return tokenizer
+
+
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForSequenceClassification
+
+    torch.manual_seed(0)
+    tokenizer = tiny_tokenizer()
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                         intermediate_size=64, num_labels=1,
+                         pad_token_id=tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("tiny_rm")
+    Qwen3ForSequenceClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_reward_model_reward_end_to_end(reward_model_dir):
+    import torch
+
+    reward = get_reward_function("reward_model", path=reward_model_dir, device="cpu",
+                                 batch_size=2)
+    assert reward.__name__ == "reward_model_reward"
+    prompts = [[{"role": "user", "content": "What is 12*3?"}]] * 3
+    completions = [CORRECT, CORRECT, "<think>x</think>A different, longer answer: 99."]
+    scores = reward(prompts, completions, gt=[[36]] * 3)
+    assert len(scores) == 3 and all(isinstance(s, float) and math.isfinite(s) for s in scores)
+    assert scores[0] == pytest.approx(scores[1], abs=1e-5)
+    # the batched score equals a single unpadded forward of the rendered text
+    scorer = reward.scorer
+    text = scorer.render("What is 12*3?", "A different, longer answer: 99.")
+    assert "What is 12*3?" in text and text.rstrip().endswith(
+        ("A different, longer answer: 99.", "<|im_end|>"))
+    ids = scorer.tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        single = scorer.model(**ids).logits[0, 0].item()
+    assert scores[2] == pytest.approx(single, abs=1e-4)
+
+
+# ------------------------------------------------------------------ trajectory metrics
+
+def test_summarize_trajectories_hand_values():
+    records = [
+        TrajectoryRecord(success=True, gt_coverage=1.0, all_gt_covered=True, n_tool_calls=2,
+                         n_valid_calls=2, n_failed_calls=0, turns=3, length_tokens=100,
+                         tool_backed=True),
+        TrajectoryRecord(success=False, gt_coverage=0.5, all_gt_covered=False, n_tool_calls=1,
+                         n_valid_calls=0, n_failed_calls=1, n_malformed=1, turns=2,
+                         length_tokens=60),
+        TrajectoryRecord(success=False, gt_coverage=0.0, all_gt_covered=False, turns=1,
+                         length_tokens=20, finished=False),
+    ]
+    summary = summarize_trajectories(records)
+    assert summary == pytest.approx({
+        "n": 3.0, "task_success": 1 / 3, "all_gt_coverage": 1 / 3, "macro_gt_coverage": 0.5,
+        "tool_call_rate": 2 / 3, "calls_per_trajectory": 1.0, "valid_call_rate": 2 / 3,
+        "tool_failure_rate": 1 / 3, "failures_per_trajectory": 1 / 3, "malformed_rate": 1 / 3,
+        "finished_rate": 2 / 3, "tool_backed_rate": 1 / 3, "mean_turns": 2.0,
+        "mean_length_tokens": 60.0})
+
+
+def test_summarize_without_calls_or_records():
+    no_calls = summarize_trajectories([TrajectoryRecord(True, 1.0, True)])
+    assert math.isnan(no_calls["valid_call_rate"]) and no_calls["tool_call_rate"] == 0.0
+    empty = summarize_trajectories([])
+    assert empty["n"] == 0.0 and math.isnan(empty["task_success"])
+
+
+def test_record_from_completion():
+    messages = message_trajectory(
+        [{"expression": "12*3"}, {"expression": "x"}, {"expr": "1"}],
+        ['{"result": "36"}', '{"error": "unknown name \'x\'"}',
+         "{'error': 'missing required argument(s)'}"], "So 36 and 7.")
+    record = record_from_completion(messages, [36, 7], length_tokens=42)
+    assert record == TrajectoryRecord(
+        success=True, gt_coverage=1.0, all_gt_covered=True, n_tool_calls=3, n_valid_calls=2,
+        n_failed_calls=2, n_malformed=0, turns=4, length_tokens=42, finished=True,
+        tool_backed=True)
