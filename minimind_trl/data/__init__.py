@@ -1,0 +1,23 @@
+"""Agent-math data: task generation, gold SFT trajectories, audited splits and manifests.
+
+* :mod:`~minimind_trl.data.generator` -- ``generate_tasks(num_tasks, seed, ...)``;
+* :mod:`~minimind_trl.data.gold` -- ``gold_trajectory(task, registry)``;
+* :mod:`~minimind_trl.data.formats` -- ``conversations_to_messages(conversations)``, ``task_prompt(task)``;
+* :mod:`~minimind_trl.data.splits` -- ``prepare_splits(...)``, ``load_splits(folder)``;
+* :mod:`~minimind_trl.data.manifest` -- ``sha256_file``, ``write_json_atomic``, ``verify_manifest``;
+* :mod:`~minimind_trl.data.validation` -- ``DataError``, ``DataFormatError``, ``validate_task_row``.
+"""
+
+from minimind_trl.data.formats import conversations_to_messages, decode_tool_calls, encode_tool_calls, task_prompt
+from minimind_trl.data.generator import GenerationError, generate_tasks
+from minimind_trl.data.gold import gold_trajectory
+from minimind_trl.data.manifest import sha256_file, verify_manifest, write_json_atomic, write_jsonl_atomic
+from minimind_trl.data.splits import load_splits, normalize_task_row, prepare_splits
+from minimind_trl.data.validation import DataError, DataFormatError, validate_task_row
+
+__all__ = [
+    "DataError", "DataFormatError", "GenerationError", "conversations_to_messages", "decode_tool_calls",
+    "encode_tool_calls", "generate_tasks", "gold_trajectory", "load_splits", "normalize_task_row",
+    "prepare_splits", "sha256_file", "validate_task_row", "verify_manifest", "write_json_atomic",
+    "task_prompt", "write_jsonl_atomic",
+]

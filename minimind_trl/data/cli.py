@@ -1,0 +1,118 @@
+"""``minimind-trl data``: generate agent-math tasks, write gold SFT trajectories, prepare splits.
+
+    minimind-trl data generate --num-tasks N --seed S --output FILE [--gold-sft FILE]
+    minimind-trl data gold --input TASKS --output FILE
+    minimind-trl data prepare --input FILE [--input FILE ...] --output-dir DIR --seed 42
+                              [--sizes 17894,994,994 | --fractions 0.9,0.05,0.05] [--skip-invalid]
+    minimind-trl data verify DIR
+
+A data problem (malformed row, non-empty output folder, ...) prints one line
+``minimind-trl data: error: ...`` on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minimind_trl.data.validation import DataError
+
+PREFIX = "minimind-trl data"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PREFIX, description="Agent-math data: tasks, gold SFT, audited splits.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    generate = commands.add_parser("generate", help="generate agent-math task rows (JSONL)")
+    generate.add_argument("--num-tasks", type=int, required=True)
+    generate.add_argument("--seed", type=int, required=True)
+    generate.add_argument("--output", required=True, help="task JSONL to write")
+    generate.add_argument("--gold-sft", help="also write a gold SFT trajectory per task to this JSONL")
+    generate.add_argument("--max-distractors", type=int, default=2, help="extra, unneeded tools offered (0..N)")
+
+    gold = commands.add_parser("gold", help="gold SFT trajectories for a generated task file (e.g. train.jsonl)")
+    gold.add_argument("--input", required=True)
+    gold.add_argument("--output", required=True)
+
+    prepare = commands.add_parser("prepare", help="normalise, de-duplicate and split into train/val/test")
+    prepare.add_argument("--input", action="append", required=True, help="task JSONL (repeatable)")
+    prepare.add_argument("--output-dir", required=True, help="new or empty folder")
+    prepare.add_argument("--seed", type=int, default=42)
+    sizes = prepare.add_mutually_exclusive_group()
+    sizes.add_argument("--sizes", type=_int_list, help="train,val,test row counts")
+    sizes.add_argument("--fractions", type=_float_list, help="train,val,test fractions (default 0.9,0.05,0.05)")
+    prepare.add_argument("--skip-invalid", action="store_true", help="drop malformed rows, listing them in the manifest")
+
+    verify = commands.add_parser("verify", help="check a split folder's files against its manifest")
+    verify.add_argument("folder")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> None:
+    from minimind_trl.data.manifest import write_jsonl_atomic
+
+    if args.command == "generate":
+        from minimind_trl.data.generator import generate_tasks
+        from minimind_trl.data.gold import gold_trajectory
+        from minimind_trl.envs.tools import default_registry
+
+        registry = default_registry()
+        tasks = generate_tasks(args.num_tasks, args.seed, registry=registry, max_distractors=args.max_distractors)
+        gold_rows = [gold_trajectory(task, registry) for task in tasks] if args.gold_sft else None
+        write_jsonl_atomic(args.output, tasks)
+        print(f"wrote {len(tasks)} tasks to {args.output}")
+        if gold_rows is not None:
+            write_jsonl_atomic(args.gold_sft, gold_rows)
+            print(f"wrote {len(gold_rows)} gold SFT trajectories to {args.gold_sft}")
+    elif args.command == "gold":
+        from minimind_trl.data.gold import gold_file_rows
+        from minimind_trl.envs.tools import default_registry
+
+        rows = gold_file_rows(args.input, default_registry())
+        write_jsonl_atomic(args.output, rows)
+        print(f"wrote {len(rows)} gold SFT trajectories to {args.output}")
+    elif args.command == "prepare":
+        from minimind_trl.data.splits import prepare_splits
+
+        manifest = prepare_splits(args.input, args.output_dir, seed=args.seed, sizes=args.sizes,
+                                  fractions=args.fractions, skip_invalid=args.skip_invalid)
+        rows, sizes = manifest["rows"], manifest["split_sizes"]
+        print(f"{args.output_dir}: train {sizes['train']}, val {sizes['val']}, test {sizes['test']} "
+              f"(unused {sizes['unused']}); read {rows['read']}, invalid skipped {rows['invalid_skipped']}, "
+              f"duplicates dropped {rows['duplicates_dropped']}; {len(manifest['strata'])} strata")
+    else:
+        from minimind_trl.data.manifest import verify_manifest
+
+        manifest = verify_manifest(Path(args.folder))
+        print(f"{args.folder}: {len(manifest['outputs'])} files match manifest.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point used by ``minimind-trl data``; returns the exit status."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        _run(args)
+    except (DataError, ValueError, OSError) as exc:
+        if isinstance(exc, OSError) and exc.filename is not None:
+            message = f"{exc.filename}: {exc.strerror}"
+        else:
+            message = " ".join(str(exc).split())
+        print(f"{PREFIX}: error: {message}", file=sys.stderr)
+        return 2
+    return 0
