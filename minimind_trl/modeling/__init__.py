@@ -1,1 +1,34 @@
-"""MiniMind as a registered transformers model (filled in by the modeling work)."""
+"""MiniMind as a registered transformers model: config, dense/MoE model, presets, checkpoints, export.
+
+Importing this package registers `MiniMindConfig` (model_type "minimind") with `AutoConfig` and
+`MiniMindForCausalLM` / `MiniMindModel` with `AutoModelForCausalLM` / `AutoModel`, so folders written
+by `save_pretrained` load with the standard `from_pretrained`.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+from .configuration_minimind import MiniMindConfig
+from .hub import qwen3_config, save_for_hub
+from .modeling_minimind import MiniMindForCausalLM, MiniMindModel, MiniMindPreTrainedModel, router_aux_loss
+from .native import load_native_checkpoint, native_key_shapes, save_native_checkpoint
+from .presets import PRESETS, count_parameters, get_preset
+
+AutoConfig.register(MiniMindConfig.model_type, MiniMindConfig, exist_ok=True)
+AutoModel.register(MiniMindConfig, MiniMindModel, exist_ok=True)
+AutoModelForCausalLM.register(MiniMindConfig, MiniMindForCausalLM, exist_ok=True)
+
+__all__ = [
+    "PRESETS",
+    "MiniMindConfig",
+    "MiniMindForCausalLM",
+    "MiniMindModel",
+    "MiniMindPreTrainedModel",
+    "count_parameters",
+    "get_preset",
+    "load_native_checkpoint",
+    "native_key_shapes",
+    "qwen3_config",
+    "router_aux_loss",
+    "save_for_hub",
+    "save_native_checkpoint",
+]

@@ -1,0 +1,207 @@
+"""Native `.pth` conversion, Hub export (reloaded in a fresh process) and TRL's stock SFTTrainer."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from minimind_trl.modeling import (
+    MiniMindForCausalLM,
+    get_preset,
+    load_native_checkpoint,
+    native_key_shapes,
+    save_for_hub,
+    save_native_checkpoint,
+)
+from minimind_trl.modeling.configuration_minimind import MiniMindConfig
+
+
+def tiny_model(preset: str = "tiny", seed: int = 0, **overrides) -> MiniMindForCausalLM:
+    torch.manual_seed(seed)
+    return MiniMindForCausalLM(get_preset(preset, **overrides)).eval()
+
+
+def word_level_tokenizer():
+    """A 6400-id tokenizer made in memory ("t0" .. "t6399"), standing in for the real one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({f"t{i}": i for i in range(6400)}, unk_token="t0"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="t0", bos_token="t1", eos_token="t2")
+
+
+# ------------------------------------------------------------------------------ native .pth
+
+
+@pytest.mark.parametrize("name", ["tiny_dense", "tiny_moe", "tiny_dense_yarn"])
+def test_native_roundtrip_is_bit_identical(name, reference_dir, tmp_path):
+    spec = json.loads((reference_dir / "models.json").read_text())[name]
+    source = reference_dir / spec["state_dict_file"]
+    model = load_native_checkpoint(source, MiniMindConfig(**spec["config_kwargs"]))
+    written = save_native_checkpoint(model, tmp_path / "out.pth")
+    original = torch.load(source, weights_only=True)
+    again = torch.load(written, weights_only=True)
+    assert list(again) == list(original)
+    for key, tensor in original.items():
+        assert again[key].dtype == torch.float16 and torch.equal(again[key], tensor), key
+    assert [p.name for p in tmp_path.iterdir()] == ["out.pth"]  # no temp file left behind
+
+
+def test_native_save_load_without_reference(tmp_path):
+    model = tiny_model("tiny-moe", num_experts_per_tok=2)
+    path = save_native_checkpoint(model, tmp_path / "full_sft_64_moe.pth", dtype=torch.float32)
+    state = torch.load(path, weights_only=True)
+    assert list(state) == list(native_key_shapes(model.config))
+    assert all(tuple(state[k].shape) == s for k, s in native_key_shapes(model.config).items())
+    experts = model.model.layers[1].mlp.experts
+    torch.testing.assert_close(state["model.layers.1.mlp.experts.2.up_proj.weight"], experts.gate_up_proj[2, 256:])
+    torch.testing.assert_close(state["model.layers.1.mlp.experts.2.down_proj.weight"], experts.down_proj[2])
+    reloaded = load_native_checkpoint(path, model.config)
+    ids = torch.randint(3, 6400, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, model(ids).logits)
+
+
+def test_native_mismatches_are_listed_together(tmp_path):
+    model = tiny_model("tiny-moe")
+    state = torch.load(save_native_checkpoint(model, tmp_path / "a.pth"), weights_only=True)
+    del state["model.layers.0.mlp.experts.3.up_proj.weight"]
+    state["model.layers.0.mlp.shared_expert.weight"] = torch.zeros(2)
+    state["model.norm.weight"] = torch.zeros(65, dtype=torch.float16)
+    torch.save(state, tmp_path / "b.pth")
+    with pytest.raises(ValueError) as info:
+        load_native_checkpoint(tmp_path / "b.pth", model.config)
+    message = str(info.value)
+    for fragment in ("missing keys", "experts.3.up_proj", "unexpected keys", "shared_expert",
+                     "mis-shaped keys", "model.norm.weight (65,)"):
+        assert fragment in message
+    with pytest.raises(ValueError, match="mlp.gate_proj.weight"):  # a MoE file under a dense config
+        load_native_checkpoint(tmp_path / "a.pth", get_preset("tiny"))
+
+
+# ---------------------------------------------------------------------------------- Hub export
+
+FRESH_PROCESS_LOADER = textwrap.dedent(
+    """
+    import json, sys, torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    folders, ids_path, out_path = sys.argv[1:-2], sys.argv[-2], sys.argv[-1]
+    ids = torch.load(ids_path)
+    report, logits = {}, {}
+    for folder in folders:
+        model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=folder.endswith("minimind")).eval()
+        with torch.no_grad():
+            logits[folder] = model(ids).logits
+        report[folder] = {
+            "class": type(model).__name__,
+            "module": type(model).__module__,
+            "generation": [model.generation_config.bos_token_id, model.generation_config.eos_token_id,
+                           model.generation_config.pad_token_id],
+            "tokens": AutoTokenizer.from_pretrained(folder, trust_remote_code=True)("t5 t300 t42")["input_ids"]
+            if folder.endswith("tok-minimind") else None,
+        }
+    report["imported_minimind_trl"] = any(name.startswith("minimind_trl") for name in sys.modules)
+    torch.save(logits, out_path)
+    print(json.dumps(report))
+    """
+)
+
+
+def test_save_for_hub_reloads_in_fresh_process(tmp_path):
+    models = {
+        "dense-yarn": tiny_model("tiny", inference_rope_scaling=True),
+        "moe": tiny_model("tiny-moe", seed=1),
+    }
+    folders = []
+    for name, model in models.items():
+        for fmt in ("minimind", "qwen3"):
+            tokenizer = word_level_tokenizer() if (name, fmt) == ("moe", "minimind") else None
+            label = f"{name}-tok-{fmt}" if tokenizer is not None else f"{name}-{fmt}"
+            folders.append(str(save_for_hub(model, tokenizer, tmp_path / "hub" / label, format=fmt)))
+    assert sorted(p.name for p in (tmp_path / "hub").iterdir()) == sorted(os.path.basename(f) for f in folders)
+
+    ids = torch.randint(3, 6400, (2, 24), generator=torch.Generator().manual_seed(7))
+    torch.save(ids, tmp_path / "ids.pt")
+    (tmp_path / "load.py").write_text(FRESH_PROCESS_LOADER)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "load.py"), *folders, str(tmp_path / "ids.pt"), str(tmp_path / "out.pt")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    logits = torch.load(tmp_path / "out.pt")
+    assert report["imported_minimind_trl"] is False
+
+    expected_class = {"dense-yarn-minimind": "MiniMindForCausalLM", "dense-yarn-qwen3": "Qwen3ForCausalLM",
+                      "moe-tok-minimind": "MiniMindForCausalLM", "moe-qwen3": "Qwen3MoeForCausalLM"}
+    for folder in folders:
+        label = os.path.basename(folder)
+        model = models["moe" if label.startswith("moe") else "dense-yarn"]
+        with torch.no_grad():
+            torch.testing.assert_close(logits[folder], model(ids).logits, atol=1e-5, rtol=1e-5)
+        assert report[folder]["class"] == expected_class[label]
+        assert report[folder]["generation"] == [1, 2, 0]
+        if label.endswith("minimind"):
+            assert report[folder]["module"].startswith("transformers_modules.")
+    assert report[folders[2]]["tokens"] == word_level_tokenizer()("t5 t300 t42")["input_ids"] == [5, 300, 42]
+
+    with safe_open(os.path.join(folders[3], "model.safetensors"), "pt") as qwen_moe:
+        assert "model.layers.0.mlp.experts.3.down_proj.weight" in qwen_moe.keys()  # Hub's per-expert layout
+        assert "lm_head.weight" not in qwen_moe.keys()  # tied
+    with safe_open(os.path.join(folders[2], "model.safetensors"), "pt") as minimind_moe:
+        assert "model.layers.0.mlp.experts.gate_up_proj" in minimind_moe.keys()
+    qwen_config = json.loads(open(os.path.join(folders[1], "config.json")).read())
+    assert qwen_config["model_type"] == "qwen3" and qwen_config["rope_parameters"]["rope_type"] == "yarn"
+    assert qwen_config["rope_parameters"]["attention_factor"] == 1.0
+
+
+def test_save_for_hub_replaces_atomically(tmp_path):
+    model = tiny_model()
+    target = tmp_path / "export"
+    save_for_hub(model, None, target, format="qwen3")
+    (target / "stale.txt").write_text("from an earlier export")
+    save_for_hub(model, None, target, format="minimind")
+    assert not (target / "stale.txt").exists() and (target / "modeling_minimind.py").exists()
+
+    class BrokenTokenizer:
+        def save_pretrained(self, folder):
+            raise RuntimeError("disk full")
+
+    before = sorted(p.name for p in target.iterdir())
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_for_hub(model, BrokenTokenizer(), target, format="qwen3")
+    assert sorted(p.name for p in target.iterdir()) == before  # the previous export is untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]  # and no temporary folder is left
+    with pytest.raises(ValueError, match="format"):
+        save_for_hub(model, None, target, format="gguf")
+
+
+# ---------------------------------------------------------------------------- TRL SFTTrainer
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
+def test_trl_sft_trainer_lowers_loss(preset, tmp_path):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    generator = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": [1, *torch.randint(3, 40, (15,), generator=generator).tolist(), 2]} for _ in range(8)]
+    args = SFTConfig(
+        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=8, learning_rate=1e-2,
+        lr_scheduler_type="constant", report_to="none", use_cpu=True, bf16=False, fp16=False,
+        logging_steps=1, save_strategy="no", dataloader_num_workers=0, seed=0, disable_tqdm=True,
+    )
+    trainer = SFTTrainer(model=tiny_model(preset), args=args, train_dataset=Dataset.from_list(rows),
+                         processing_class=word_level_tokenizer())
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert trainer.state.global_step == 3 and len(logs) == 3
+    assert logs[-1]["loss"] < logs[0]["loss"]
+    assert ("aux_loss" in logs[0]) == (preset == "tiny-moe")
