@@ -1,0 +1,147 @@
+"""``minimind-trl eval | summarize | plot`` (routed here by :mod:`minimind_trl.cli`).
+
+Bad input (:class:`~minimind_trl.eval.errors.EvalError`) prints one line on stderr and returns 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from minimind_trl.eval import stats
+from minimind_trl.eval.errors import EvalError
+
+
+def _guard(command: str, body: Callable[[], int]) -> int:
+    try:
+        return body()
+    except EvalError as exc:
+        print(f"minimind-trl {command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _cells(text: str) -> dict[str, str]:
+    cells = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"expected CELL=CONDITION pairs, got {part!r}")
+        cells[key.strip()] = value.strip()
+    return cells
+
+
+def eval_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minimind-trl eval",
+        description="Frozen greedy evaluation of a checkpoint on a split (records.jsonl, metrics.json, "
+                    "eval_manifest.json). Optional sampled pass@k.",
+    )
+    parser.add_argument("--checkpoint", required=True, help="Hub-format folder, or a native .pth (needs --preset)")
+    parser.add_argument("--preset", default=None, help="config preset for a native .pth (e.g. minimind-3, tiny)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the checkpoint folder, else the packaged one)")
+    parser.add_argument("--split-dir", required=True, help="split folder with train/val/test.jsonl and manifest.json")
+    parser.add_argument("--split", default="test", choices=("train", "val", "test"))
+    parser.add_argument("--output-dir", required=True, help="must not exist or be empty")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn")
+    parser.add_argument("--max-tool-turns", type=int, default=3)
+    parser.add_argument("--open-thinking", action="store_true")
+    parser.add_argument("--pass-k", type=_int_list, default=None, help="e.g. 1,5: also sample --num-samples per question")
+    parser.add_argument("--num-samples", type=int, default=8)
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--sample-seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        from minimind_trl.eval.runner import EvalSettings, run_evaluation
+
+        settings = EvalSettings(
+            batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, max_tool_turns=args.max_tool_turns,
+            open_thinking=args.open_thinking, pass_k=tuple(args.pass_k or ()), num_samples=args.num_samples,
+            temperature=args.temperature, sample_seed=args.sample_seed, limit=args.limit,
+        )
+        out = run_evaluation(
+            checkpoint=args.checkpoint, split_dir=args.split_dir, output_dir=args.output_dir, split=args.split,
+            preset=args.preset, tokenizer_path=args.tokenizer, settings=settings, device=args.device,
+        )
+        print(f"wrote {out}")
+        return 0
+
+    return _guard("eval", body)
+
+
+def summarize_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minimind-trl summarize",
+        description="Tables per metric against a baseline with question-level paired bootstrap CIs "
+                    f"(percentile, {stats.DEFAULT_RESAMPLES:,} resamples, seed {stats.DEFAULT_SEED} by default), "
+                    "the 2x2 interaction and two-level (seed, question) CIs for multi-seed conditions.",
+    )
+    parser.add_argument("conditions", nargs="+", help="eval folders: PATH (name = folder name) or NAME=PATH; NAME@SEED groups seeds")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--baseline", default="sft", help="condition every other one is compared with (default: sft)")
+    parser.add_argument("--interaction", type=_cells, default=None,
+                        help="zscore_seqmean=A,zscore_fixedL=B,center_seqmean=C,center_fixedL=D; reports (D-C)-(B-A)")
+    parser.add_argument("--n-resamples", type=int, default=stats.DEFAULT_RESAMPLES)
+    parser.add_argument("--seed", type=int, default=stats.DEFAULT_SEED)
+    parser.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE)
+    parser.add_argument("--num-failures", type=int, default=5, help="wrong answers sampled per condition and seed")
+    parser.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty output folder")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        from minimind_trl.eval.report import write_summary
+        from minimind_trl.eval.summarize import summarize
+
+        try:
+            summary, failures = summarize(
+                args.conditions, baseline=args.baseline, interaction=args.interaction,
+                n_resamples=args.n_resamples, seed=args.seed, confidence=args.confidence,
+                num_failures=args.num_failures,
+            )
+        except ValueError as exc:  # bad statistics settings
+            raise EvalError(str(exc)) from None
+        out = write_summary(args.output_dir, summary, failures, overwrite=args.overwrite)
+        print(f"wrote {out / 'summary.md'}")
+        return 0
+
+    return _guard("summarize", body)
+
+
+def plot_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="minimind-trl plot",
+        description="PNG training curves from run folders' metrics.jsonl and eval bars with CI whiskers from a summary.json.",
+    )
+    parser.add_argument("--runs", nargs="*", default=[], help="run folders (or metrics.jsonl files)")
+    parser.add_argument("--summary", default=None, help="summary.json (or its folder) from `minimind-trl summarize`")
+    parser.add_argument("--output-dir", required=True)
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        from minimind_trl.eval.plots import plot_runs, plot_summary
+
+        if not args.runs and not args.summary:
+            raise EvalError("nothing to plot: give --runs and/or --summary")
+        written = []
+        if args.runs:
+            written += plot_runs(args.runs, args.output_dir)
+        if args.summary:
+            written += plot_summary(args.summary, args.output_dir)
+        print(f"wrote {len(written)} figures to {args.output_dir}")
+        return 0
+
+    return _guard("plot", body)

@@ -1,0 +1,212 @@
+"""PNG figures (matplotlib, Agg backend) from training metrics and evaluation summaries.
+
+Training curves (:func:`plot_runs`) read ``metrics.jsonl`` of one or more run folders. Each record
+may carry ``step`` (x axis; the record's position when absent), ``rollout`` and ``update``
+(0..K-1, the replay update within a rollout). A figure is drawn only when at least one of its
+keys is present in some run; every matching key of every run becomes one line:
+
+    reward.png             reward_mean, reward_std, reward_min, reward_max, reward/<name>
+    task_success.png       task_success*, success_rate*
+    ratio.png              ratio_mean, ratio_min, ratio_max
+    clip_fraction.png      clip_fraction*
+    kl.png                 kl, kl_*
+    grad_norm.png          grad_norm
+    loss.png               loss, *_loss
+    entropy.png            *entropy*
+    completion_length.png  *length*
+    tool_calls.png         tool_* (e.g. tool_calls_per_traj)
+    router_load.png        router/layer{i}/load_imbalance
+    router_flip.png        *flip_rate*
+    learning_rate.png      lr, learning_rate
+    by_update.png          ratio_* and clip_fraction* averaged per update index (needs `update`)
+
+Evaluation bars (:func:`plot_summary`) read a ``summary.json``: for every metric,
+``eval_<metric>.png`` (condition means with 95 % CI whiskers; the two-level CI when the condition
+has several seeds) and ``eval_<metric>_diff.png`` (difference to the baseline with its paired CI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from minimind_trl.eval.errors import EvalError  # noqa: E402
+from minimind_trl.eval.files import read_jsonl  # noqa: E402
+
+FIGURES: list[tuple[str, str, re.Pattern]] = [
+    ("reward", "Reward", re.compile(r"^reward(_mean|_std|_min|_max)?$|^rewards?/")),
+    ("task_success", "Task success", re.compile(r"^(task_success|success_rate)")),
+    ("ratio", "Importance ratio", re.compile(r"^ratio_(mean|min|max)$")),
+    ("clip_fraction", "Clip fraction", re.compile(r"^clip_fraction")),
+    ("kl", "KL to reference", re.compile(r"^kl(_.*)?$")),
+    ("grad_norm", "Gradient norm", re.compile(r"^grad_norm$")),
+    ("loss", "Loss", re.compile(r"^loss$|_loss$")),
+    ("entropy", "Entropy", re.compile(r"entropy")),
+    ("completion_length", "Response length (tokens)", re.compile(r"length")),
+    ("tool_calls", "Tool calls", re.compile(r"^tool_")),
+    ("router_load", "MoE router load imbalance", re.compile(r"^router/layer\d+/load_imbalance$")),
+    ("router_flip", "MoE router flip rate", re.compile(r"flip_rate")),
+    ("learning_rate", "Learning rate", re.compile(r"^(lr|learning_rate)$")),
+]
+_BY_UPDATE = re.compile(r"^ratio_(mean|min|max)$|^clip_fraction")
+_INDEX_KEYS = {"step", "rollout", "update", "epoch"}
+
+
+def _save(fig, path: Path) -> Path:
+    """Render to a temporary PNG beside ``path`` and move it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def load_run_metrics(path: str | os.PathLike) -> tuple[str, list[dict]]:
+    """(label, records) from a run folder holding metrics.jsonl, or a metrics.jsonl path."""
+    p = Path(path)
+    file = p / "metrics.jsonl" if p.is_dir() else p
+    if not file.is_file():
+        raise EvalError(f"no metrics.jsonl at {p}")
+    try:
+        rows = read_jsonl(file)
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    if not rows:
+        raise EvalError(f"{file} holds no records")
+    label = file.parent.name if file.name == "metrics.jsonl" else file.stem
+    return label, rows
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for i, r in enumerate(rows):
+        if _is_number(r.get(key)):
+            xs.append(r["step"] if _is_number(r.get("step")) else i)
+            ys.append(float(r[key]))
+    return xs, ys
+
+
+def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -> list[Path]:
+    """Training-curve PNGs for every figure group with data; returns the written paths."""
+    runs = [load_run_metrics(p) for p in run_paths]
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    keys_by_run = [sorted({k for r in rows for k, v in r.items() if _is_number(v)} - _INDEX_KEYS) for _, rows in runs]
+    written = []
+    for stem, title, pattern in FIGURES:
+        lines = [(label, rows, k) for (label, rows), keys in zip(runs, keys_by_run) for k in keys if pattern.search(k)]
+        if not lines:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for label, rows, key in lines:
+            xs, ys = _series(rows, key)
+            ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=f"{label}: {key}" if len(runs) > 1 else key)
+        ax.set(title=title, xlabel="step (optimizer update)", ylabel=title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / f"{stem}.png"))
+    by_update = _plot_by_update(runs, keys_by_run, out)
+    if by_update:
+        written.append(by_update)
+    if not written:
+        raise EvalError("no plottable keys in the given metrics.jsonl files (see the minimind_trl.eval.plots docstring)")
+    return written
+
+
+def _plot_by_update(runs, keys_by_run, out: Path) -> Path | None:
+    """Mean of ratio keys (left) and clip-fraction keys (right) per update index k, over rollouts."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    drawn = False
+    for (label, rows), keys in zip(runs, keys_by_run):
+        for key in (k for k in keys if _BY_UPDATE.search(k)):
+            groups: dict[int, list[float]] = {}
+            for r in rows:
+                if _is_number(r.get("update")) and _is_number(r.get(key)):
+                    groups.setdefault(int(r["update"]), []).append(float(r[key]))
+            if groups:
+                ks = sorted(groups)
+                ax = axes[0] if key.startswith("ratio") else axes[1]
+                ax.plot(ks, [sum(groups[k]) / len(groups[k]) for k in ks], marker="o",
+                        label=f"{label}: {key}" if len(runs) > 1 else key)
+                drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    for ax, name in zip(axes, ("importance ratio", "clip fraction")):
+        ax.set(title=f"{name} by replay update index", xlabel="update index k within a rollout",
+               ylabel="mean over rollouts")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    return _save(fig, out / "by_update.png")
+
+
+def _slug(metric: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", metric.replace("@", "_at_")).strip("_")
+
+
+def _whiskers(values: list[float], cis: list[list[float] | None]) -> list[list[float]]:
+    low = [max(0.0, v - ci[0]) if ci else 0.0 for v, ci in zip(values, cis)]
+    high = [max(0.0, ci[1] - v) if ci else 0.0 for v, ci in zip(values, cis)]
+    return [low, high]
+
+
+def plot_summary(summary_path: str | os.PathLike, output_dir: str | os.PathLike) -> list[Path]:
+    """Bar charts with CI whiskers for every metric in a summary.json; returns the written paths."""
+    path = Path(summary_path)
+    if path.is_dir():
+        path = path / "summary.json"
+    if not path.is_file():
+        raise EvalError(f"summary not found: {path}")
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        table = summary["metrics"]
+        baseline = summary["baseline"]
+    except (ValueError, KeyError) as exc:
+        raise EvalError(f"{path} is not a minimind-trl summary ({exc})") from None
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for metric, rows in table.items():
+        names = list(rows)
+        means = [rows[n]["mean"] for n in names]
+        cis = [rows[n].get("ci_two_level") or rows[n]["ci"] for n in names]
+        fig, ax = plt.subplots(figsize=(max(4, 1.1 * len(names) + 2), 4))
+        ax.bar(names, means, yerr=_whiskers(means, cis), capsize=4, color="tab:blue", alpha=0.8)
+        ax.set(title=f"{metric} (95% CI)", ylabel=metric)
+        ax.tick_params(axis="x", rotation=30)
+        ax.grid(axis="y", alpha=0.3)
+        written.append(_save(fig, out / f"eval_{_slug(metric)}.png"))
+
+        others = [n for n in names if n != baseline]
+        if others:
+            diffs = [rows[n]["diff"] for n in others]
+            dcis = [rows[n].get("diff_ci_two_level") or rows[n]["diff_ci"] for n in others]
+            fig, ax = plt.subplots(figsize=(max(4, 1.1 * len(others) + 2), 4))
+            ax.bar(others, diffs, yerr=_whiskers(diffs, dcis), capsize=4, color="tab:orange", alpha=0.8)
+            ax.axhline(0.0, color="black", linewidth=0.8)
+            ax.set(title=f"{metric}: difference to {baseline} (paired 95% CI)", ylabel=f"Δ {metric}")
+            ax.tick_params(axis="x", rotation=30)
+            ax.grid(axis="y", alpha=0.3)
+            written.append(_save(fig, out / f"eval_{_slug(metric)}_diff.png"))
+    return written

@@ -1,0 +1,76 @@
+"""Writing a summary: summary.json, summary.md (tables), failures.jsonl and failures.md."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from minimind_trl.eval.errors import OutputDirNotEmptyError
+from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl, atomic_write_text
+
+
+def _fmt(v: float | None) -> str:
+    return "—" if v is None else f"{v:.4f}"
+
+
+def _fmt_ci(ci: list[float] | None, signed: bool = True) -> str:
+    if not ci:
+        return "—"
+    return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if signed else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def render_markdown(summary: dict) -> str:
+    """summary.md: provenance, one table per metric, the interaction."""
+    b = summary["bootstrap"]
+    lines = [
+        "# Evaluation summary", "",
+        f"Split `{summary['split']['name']}`, manifest SHA256 `{summary['split']['manifest_sha256']}`, "
+        f"{summary['n_questions']} questions. Baseline: `{summary['baseline']}`.", "",
+        f"CIs: {b['confidence']:.0%} {b['method']} bootstrap over questions, {b['n_resamples']:,} resamples, "
+        f"seed {b['seed']}, paired on question id. Two-level CIs resample training seeds per "
+        "condition, then questions.", "",
+        "## Checkpoints", "", "| condition | seed | checkpoint SHA256 | eval folder |", "|---|---|---|---|",
+    ]
+    for name, cond in summary["conditions"].items():
+        for seed, info in cond["seeds"].items():
+            lines.append(f"| {name} | {seed} | `{info['checkpoint_sha256']}` | `{info['path']}` |")
+    for metric, rows in summary["metrics"].items():
+        lines += ["", f"## {metric}", "",
+                  "| condition | seeds | mean | 95% CI | Δ vs baseline | Δ 95% CI (questions) | Δ 95% CI (seeds+questions) |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, row in rows.items():
+            lines.append(
+                f"| {name} | {row['n_seeds']} | {_fmt(row['mean'])} | {_fmt_ci(row['ci'], signed=False)} | "
+                f"{row['diff']:+.4f} | {_fmt_ci(row['diff_ci'])} | {_fmt_ci(row.get('diff_ci_two_level'))} |"
+            )
+    inter = summary.get("interaction")
+    if inter:
+        cells = ", ".join(f"{k}={v}" for k, v in inter["cells"].items())
+        lines += ["", "## 2x2 interaction", "", f"Cells: {cells}. Interaction = {inter['formula']}.", "",
+                  "| metric | interaction | 95% CI (questions) | 95% CI (seeds+questions) |", "|---|---|---|---|"]
+        for metric, e in inter["metrics"].items():
+            lines.append(f"| {metric} | {e['value']:+.4f} | {_fmt_ci(e['ci'])} | {_fmt_ci(e.get('ci_two_level'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_failures_markdown(rows: list[dict]) -> str:
+    lines = ["# Failure cases", "", "A fixed-seed sample of unsuccessful questions per condition and seed.", ""]
+    for r in rows:
+        lines += [f"## {r['condition']} @ {r['seed']} — {r['id']}", "",
+                  f"- question: {r['question']}", f"- GT: {r['gt']} (hits {r['gt_hits']})",
+                  f"- final answer: {r['final_answer']!r}", f"- tool calls: {r['n_tool_calls']}", "",
+                  "```text", str(r["text"]), "```", ""]
+    return "\n".join(lines)
+
+
+def write_summary(output_dir: str | os.PathLike, summary: dict, failures: list[dict], overwrite: bool = False) -> Path:
+    """Write summary.json, summary.md, failures.jsonl and failures.md (atomically)."""
+    out = Path(output_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise OutputDirNotEmptyError(f"output folder {out} is not empty (use --overwrite to replace the summary)")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_text(out / "summary.md", render_markdown(summary))
+    atomic_write_jsonl(out / "failures.jsonl", failures)
+    atomic_write_text(out / "failures.md", render_failures_markdown(failures))
+    return out

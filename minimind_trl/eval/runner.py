@@ -1,0 +1,223 @@
+"""Frozen evaluation of one checkpoint on one split (``minimind-trl eval``).
+
+Pipeline: resolve and hash the checkpoint (:mod:`.checkpoints`), load the split folder with
+``datasets`` (file hashes checked against its manifest), roll every question out **greedily**
+through the same tool environment (`minimind_trl.envs.rollout.rollout`, default tool registry)
+and score it with the same verifier as the training reward
+(`minimind_trl.rewards.evaluate_completion` on the completion text). Optionally sample
+``num_samples`` trajectories per question at ``temperature`` and report the unbiased pass@k.
+
+Output folder (must not exist or be empty):
+
+* ``records.jsonl`` — one record per question, in split order (keys: see :func:`build_record`;
+  with pass@k also ``samples`` = {n, num_correct, temperature, successes} and ``pass_at_k`` =
+  {"k": value});
+* ``metrics.json`` — the local `evaluate` module's numbers (:mod:`.metrics`), plus ``pass@k``;
+* ``eval_manifest.json`` — checkpoint SHA256 (weights), tokenizer SHA256, split name and split
+  manifest SHA256, decoding settings, package and library versions, SHA256 of the two files above.
+
+No time stamps are recorded: evaluating the same checkpoint twice gives identical files.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from minimind_trl.eval.checkpoints import CheckpointInfo, load_eval_tokenizer, load_model, resolve_checkpoint
+from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
+from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl, sha256_file
+from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics
+from minimind_trl.eval.stats import pass_at_k
+
+MANIFEST_FORMAT = "minimind-trl.eval/1"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Decoding and sampling settings (recorded in the manifest)."""
+
+    batch_size: int = 16
+    max_new_tokens: int = 256  # per assistant turn
+    max_tool_turns: int = 3
+    open_thinking: bool = False
+    pass_k: tuple[int, ...] = ()  # empty: no sampling
+    num_samples: int = 8
+    temperature: float = 0.8
+    sample_seed: int = 0
+    limit: int | None = None
+
+    def validate(self) -> None:
+        if self.batch_size < 1 or self.max_new_tokens < 1 or self.max_tool_turns < 0:
+            raise EvalError("need --batch-size >= 1, --max-new-tokens >= 1 and --max-tool-turns >= 0")
+        if self.limit is not None and self.limit < 1:
+            raise EvalError(f"--limit must be positive, got {self.limit}")
+        if self.pass_k:
+            if min(self.pass_k) < 1 or max(self.pass_k) > self.num_samples:
+                raise EvalError(f"pass@k needs 1 <= k <= --num-samples ({self.num_samples}); got k = {list(self.pass_k)}")
+            if self.temperature <= 0:
+                raise EvalError(f"sampling needs --temperature > 0, got {self.temperature}")
+
+
+def _user_question(task: dict) -> str:
+    return next((t.get("content") or "" for t in task["conversations"] if t.get("role") == "user"), "")
+
+
+def build_record(task: dict, traj) -> dict:
+    """The JSONL record of one greedy trajectory, verified as the training reward does.
+
+    Keys: id, question, gt, n_gt, op_type, lang, difficulty; text (completion: model and tool
+    turns, special tokens kept), turn_texts, final_answer, tool_calls [{turn, name, arguments}],
+    observations; n_tool_calls (well-formed calls, pending ones included), valid_calls,
+    failed_calls, malformed_calls; gt_hits, gt_coverage, all_gt_covered, success, tool_backed;
+    num_turns, finished, pending_call, truncated; prompt_length, completion_length (tokens,
+    observations included), answer_length (model tokens = sum of the action mask),
+    final_answer_chars.
+    """
+    from minimind_trl.rewards import evaluate_completion
+
+    gt = list(task["gt"])
+    meta = task.get("meta") or {}
+    view, ver = evaluate_completion(traj.text, gt)
+    return {
+        "id": str(task["id"]),
+        "question": _user_question(task),
+        "gt": gt,
+        "n_gt": len(gt),
+        "op_type": meta.get("op_type") or "unknown",
+        "lang": meta.get("lang"),
+        "difficulty": meta.get("difficulty"),
+        "text": traj.text,
+        "turn_texts": list(traj.turn_texts),
+        "final_answer": view.final_answer,
+        "tool_calls": [dict(c) for c in traj.tool_calls],
+        "observations": list(traj.observations),
+        "n_tool_calls": len(traj.tool_calls),
+        "valid_calls": traj.valid_calls,
+        "failed_calls": traj.failed_calls,
+        "malformed_calls": traj.malformed_calls,
+        "gt_hits": [bool(h) for h in ver.gt_hits],
+        "gt_coverage": float(ver.gt_coverage),
+        "all_gt_covered": bool(ver.all_gt_covered),
+        "success": bool(ver.success),
+        "tool_backed": bool(ver.tool_backed),
+        "num_turns": traj.n_turns,
+        "finished": bool(traj.finished),
+        "pending_call": bool(traj.pending_call),
+        "truncated": bool(traj.truncated),
+        "prompt_length": len(traj.prompt_ids),
+        "completion_length": len(traj.completion_ids),
+        "answer_length": int(traj.n_model_tokens),
+        "final_answer_chars": len(view.final_answer),
+    }
+
+
+def evaluate_tasks(model, tokenizer, tasks: list[dict], settings: EvalSettings, registry=None,
+                   progress: bool = True) -> list[dict]:
+    """Greedy records for ``tasks`` (plus sampled pass@k when ``settings.pass_k``)."""
+    from minimind_trl.envs.rollout import rollout
+    from minimind_trl.envs.tools import default_registry
+    from minimind_trl.rewards import evaluate_completion
+
+    settings.validate()
+    registry = registry or default_registry()
+    common = dict(max_tool_turns=settings.max_tool_turns, max_new_tokens=settings.max_new_tokens,
+                  batch_size=settings.batch_size, open_thinking=settings.open_thinking, progress=progress)
+    greedy = rollout(model, tokenizer, tasks, registry, do_sample=False, num_samples=1, **common)
+    records = [build_record(task, traj) for task, traj in zip(tasks, greedy)]
+    if settings.pass_k:
+        n = settings.num_samples
+        sampled = rollout(model, tokenizer, tasks, registry, do_sample=True, temperature=settings.temperature,
+                          num_samples=n, seed=settings.sample_seed, **common)
+        for i, (task, record) in enumerate(zip(tasks, records)):
+            successes = [bool(evaluate_completion(t.text, list(task["gt"]))[1].success)
+                         for t in sampled[i * n:(i + 1) * n]]
+            c = sum(successes)
+            record["samples"] = {"n": n, "num_correct": c, "temperature": settings.temperature, "successes": successes}
+            record["pass_at_k"] = {str(k): pass_at_k(n, c, k) for k in settings.pass_k}
+    return records
+
+
+def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dict], dict]:
+    """(task rows of ``split``, split info for the manifest); file hashes checked first."""
+    from minimind_trl.data.splits import load_splits
+    from minimind_trl.data.validation import DataError
+
+    folder = Path(split_dir)
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        raise EvalError(f"{folder} is not a split folder (no manifest.json)")
+    try:
+        dataset = load_splits(folder, verify=True)
+    except (DataError, ValueError, OSError) as exc:
+        raise EvalError(f"cannot load split folder {folder}: {exc}") from None
+    if split not in dataset:
+        raise EvalError(f"split {split!r} is empty or missing in {folder}")
+    tasks = [dict(row) for row in dataset[split]]
+    ids = [row.get("id") for row in tasks]
+    if any(i is None for i in ids) or len(set(ids)) != len(ids):
+        raise EvalError(f"{folder}/{split}.jsonl: every task needs a unique id for paired statistics")
+    info = {"dir": str(folder), "name": split, "manifest_sha256": sha256_file(manifest),
+            "file_sha256": sha256_file(folder / f"{split}.jsonl"), "num_questions": len(tasks)}
+    return tasks, info
+
+
+def _check_output_dir(output_dir: Path) -> None:
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise OutputDirNotEmptyError(f"output folder {output_dir} is not empty (evaluation never overwrites results)")
+
+
+def _versions() -> dict:
+    import datasets
+    import evaluate
+    import torch
+    import transformers
+
+    from minimind_trl import __version__
+
+    return {"minimind_trl": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "datasets": datasets.__version__, "evaluate": evaluate.__version__}
+
+
+def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, output_dir: str | os.PathLike,
+                   split: str = "test", preset: str | None = None, tokenizer_path: str | os.PathLike | None = None,
+                   settings: EvalSettings = EvalSettings(), device: str = "cpu", progress: bool = True) -> Path:
+    """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it."""
+    out = Path(output_dir)
+    _check_output_dir(out)
+    settings.validate()
+    info: CheckpointInfo = resolve_checkpoint(checkpoint, preset)
+    tasks, split_info = load_split_tasks(split_dir, split)
+    if settings.limit is not None:
+        tasks = tasks[: settings.limit]
+    tokenizer, tokenizer_source, tokenizer_sha = load_eval_tokenizer(info, tokenizer_path)
+    model = load_model(info, device)
+
+    records = evaluate_tasks(model, tokenizer, tasks, settings, progress=progress)
+    metrics = compute_metrics(records, settings.pass_k)
+
+    _check_output_dir(out)  # nothing appeared meanwhile
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_jsonl(out / "records.jsonl", records)
+    atomic_write_json(out / "metrics.json", metrics)
+    decoding = {"greedy": True, "dtype": "float32", "device": device,
+                **{k: v for k, v in asdict(settings).items() if k not in ("pass_k", "num_samples", "temperature", "sample_seed")}}
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "created_by": "minimind-trl eval",
+        "package_version": _versions()["minimind_trl"],
+        "checkpoint": info.to_dict(),
+        "tokenizer": {"path": tokenizer_source, "sha256": tokenizer_sha},
+        "split": {**split_info, "evaluated": len(tasks)},
+        "decoding": decoding,
+        "pass_at_k": None if not settings.pass_k else {
+            "k": list(settings.pass_k), "num_samples": settings.num_samples, "temperature": settings.temperature,
+            "seed": settings.sample_seed, "top_k": 0, "top_p": 1.0,
+            "estimator": "1 - C(n-c, k) / C(n, k), averaged over questions"},
+        "metric_module": METRIC_DIR.name,
+        "versions": _versions(),
+        "outputs": {name: sha256_file(out / name) for name in ("records.jsonl", "metrics.json")},
+    }
+    atomic_write_json(out / "eval_manifest.json", manifest)
+    return out

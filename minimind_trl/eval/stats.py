@@ -1,0 +1,214 @@
+"""Statistics for frozen evaluation: paired bootstrap CIs, the 2x2 interaction, a two-level
+(seeds, then questions) bootstrap, and the unbiased pass@k estimator.
+
+Every confidence interval here is a **percentile bootstrap** over per-question values:
+
+* Question-level (paired) bootstrap of a per-question vector ``v`` (length n)::
+
+      rng = np.random.default_rng(seed)
+      idx = rng.integers(0, n, size=(B, n))          # drawn in row blocks, same stream
+      boot = v[idx].mean(axis=1)                      # B resampled means
+      ci = np.percentile(boot, [100 * a / 2, 100 * (1 - a / 2)])   # a = 1 - confidence
+
+  The estimate is ``v.mean()``. A difference "condition minus baseline" uses
+  ``v = x - y`` (the same questions are resampled for both, hence *paired*); the 2x2
+  interaction uses ``v = (D - C) - (B - A)``.
+
+* Two-level bootstrap of a linear contrast ``sum_c w_c * mean(X_c)`` where cell ``c`` holds a
+  (S_c seeds x n questions) matrix. With ``rng = np.random.default_rng(seed)`` it draws, in
+  this order, ``seed_idx_c = rng.integers(0, S_c, size=(B, S_c))`` for each cell, then
+  ``q_idx = rng.integers(0, n, size=(B, n))`` (row blocks, same stream). Replicate ``b`` is
+  ``sum_c w_c * mean_{s in seed_idx_c[b]} mean_{q in q_idx[b]} X_c[s, q]``: seeds are resampled
+  independently per cell (training seeds are independent runs), questions are shared across
+  cells (the test set is common). Percentile CI as above.
+
+Defaults: ``B = 10_000`` resamples, ``seed = 0``, 95 % confidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_SEED = 0
+DEFAULT_CONFIDENCE = 0.95
+# Rows of the (B, n) index matrix drawn at once; bounds memory at about 8 * block * n bytes.
+_BLOCK_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """A point estimate with its percentile-bootstrap confidence interval."""
+
+    estimate: float
+    low: float
+    high: float
+    n_resamples: int
+    seed: int
+    confidence: float
+    method: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_settings(n_resamples: int, confidence: float) -> None:
+    if int(n_resamples) != n_resamples or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+
+
+def _as_vector(values: Sequence[float] | np.ndarray, name: str = "values") -> np.ndarray:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _percentile_interval(boot: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = 1.0 - confidence
+    low, high = np.percentile(boot, [100.0 * alpha / 2.0, 100.0 * (1.0 - alpha / 2.0)])
+    return float(low), float(high)
+
+
+def _index_blocks(rng: np.random.Generator, n: int, n_resamples: int) -> Iterator[np.ndarray]:
+    """Yield ``rng.integers(0, n, size=(B, n))`` in row blocks (identical stream to one call)."""
+    block = max(1, min(n_resamples, _BLOCK_BYTES // (8 * n)))
+    done = 0
+    while done < n_resamples:
+        rows = min(block, n_resamples - done)
+        yield rng.integers(0, n, size=(rows, n))
+        done += rows
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> BootstrapResult:
+    """Percentile-bootstrap CI of ``mean(values)``, resampling the n entries with replacement."""
+    _check_settings(n_resamples, confidence)
+    v = _as_vector(values)
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate([v[idx].mean(axis=1) for idx in _index_blocks(rng, v.size, n_resamples)])
+    low, high = _percentile_interval(boot, confidence)
+    return BootstrapResult(float(v.mean()), low, high, int(n_resamples), int(seed), confidence,
+                           "percentile bootstrap over questions")
+
+
+def paired_difference_ci(
+    condition: Sequence[float] | np.ndarray,
+    baseline: Sequence[float] | np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> BootstrapResult:
+    """Paired bootstrap CI of ``mean(condition) - mean(baseline)`` over aligned questions."""
+    x = _as_vector(condition, "condition")
+    y = _as_vector(baseline, "baseline")
+    if x.shape != y.shape:
+        raise ValueError(f"paired vectors differ in length: {x.size} vs {y.size}")
+    return bootstrap_mean_ci(x - y, n_resamples, seed, confidence)
+
+
+def interaction_ci(
+    a: Sequence[float] | np.ndarray,
+    b: Sequence[float] | np.ndarray,
+    c: Sequence[float] | np.ndarray,
+    d: Sequence[float] | np.ndarray,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> BootstrapResult:
+    """2x2 interaction ``(D - C) - (B - A)`` on aligned per-question values, paired bootstrap.
+
+    With the Dr.GRPO cells A = z-score/sequence-mean, B = z-score/fixed-L,
+    C = centred/sequence-mean, D = centred/fixed-L, it is the extra effect of the fixed-L
+    reduction when advantages are only centred, relative to when they are z-scored.
+    """
+    cells = [_as_vector(x, name) for x, name in zip((a, b, c, d), "ABCD")]
+    if len({x.size for x in cells}) != 1:
+        raise ValueError(f"interaction cells differ in length: {[x.size for x in cells]}")
+    va, vb, vc, vd = cells
+    return bootstrap_mean_ci((vd - vc) - (vb - va), n_resamples, seed, confidence)
+
+
+def two_level_bootstrap_ci(
+    cells: Sequence[np.ndarray],
+    weights: Sequence[float],
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> BootstrapResult:
+    """Two-level bootstrap CI of the contrast ``sum_c w_c * mean(X_c)``.
+
+    ``cells[c]`` is an (S_c, n) array: one row per training seed, one column per question (same
+    question order in every cell). See the module docstring for the exact resampling scheme.
+    The estimate is ``sum_c w_c * X_c.mean()``.
+    """
+    _check_settings(n_resamples, confidence)
+    mats = [np.asarray(x, dtype=np.float64) for x in cells]
+    w = np.asarray(weights, dtype=np.float64)
+    if not mats or len(mats) != w.size:
+        raise ValueError(f"need one weight per cell, got {len(mats)} cells and {w.size} weights")
+    for m in mats:
+        if m.ndim != 2 or m.shape[0] == 0 or m.shape[1] == 0:
+            raise ValueError(f"each cell must be a non-empty (seeds, questions) array, got {m.shape}")
+        if not np.all(np.isfinite(m)):
+            raise ValueError("a cell contains NaN or infinite values")
+    n = mats[0].shape[1]
+    if any(m.shape[1] != n for m in mats):
+        raise ValueError(f"cells differ in number of questions: {[m.shape[1] for m in mats]}")
+
+    rng = np.random.default_rng(seed)
+    # Seed resampling as weights: (B, S_c) counts / S_c, so the seed-averaged question vector of
+    # replicate b is counts_b @ X_c / S_c.
+    seed_weights = []
+    for m in mats:
+        s = m.shape[0]
+        idx = rng.integers(0, s, size=(n_resamples, s))
+        counts = np.zeros((n_resamples, s))
+        np.add.at(counts, (np.arange(n_resamples)[:, None], idx), 1.0)
+        seed_weights.append(counts / s)
+    boot = np.empty(n_resamples)
+    start = 0
+    for q_idx in _index_blocks(rng, n, n_resamples):
+        rows = slice(start, start + q_idx.shape[0])
+        per_question = sum(wc * (sw[rows] @ m) for wc, sw, m in zip(w, seed_weights, mats))
+        boot[rows] = np.take_along_axis(per_question, q_idx, axis=1).mean(axis=1)
+        start += q_idx.shape[0]
+    estimate = float(sum(wc * m.mean() for wc, m in zip(w, mats)))
+    low, high = _percentile_interval(boot, confidence)
+    return BootstrapResult(estimate, low, high, int(n_resamples), int(seed), confidence,
+                           "two-level percentile bootstrap (seeds per cell, then shared questions)")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: ``1 - C(n-c, k) / C(n, k)``.
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` (numerically stable); equals 1 when
+    ``n - c < k``.
+    """
+    for name, val in (("n", n), ("c", c), ("k", k)):
+        if int(val) != val:
+            raise ValueError(f"{name} must be an integer, got {val!r}")
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+
+
+def pass_at_k_exact(n: int, c: int, k: int) -> float:
+    """The same estimator with exact integer binomials (for checks and small n)."""
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)

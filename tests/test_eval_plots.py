@@ -1,0 +1,79 @@
+"""`plot`: PNG training curves from recorded metrics.jsonl files, bad input errors."""
+
+import json
+
+import pytest
+
+from minimind_trl.eval.cli import plot_main
+from minimind_trl.eval.errors import EvalError
+from minimind_trl.eval.plots import plot_runs, plot_summary
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_metrics(run_dir, k=2, rollouts=4, moe=False):
+    """A recorded-looking metrics.jsonl: K updates per rollout, ratio drifting from 1 after update 0."""
+    run_dir.mkdir(parents=True)
+    rows = []
+    for r in range(rollouts):
+        for u in range(k):
+            row = {
+                "step": r * k + u, "rollout": r, "update": u,
+                "reward_mean": 0.1 * r, "reward_std": 0.05, "task_success": 0.05 * r,
+                "ratio_mean": 1.0 + 0.01 * u, "clip_fraction_total": 0.02 * u, "clip_fraction_low": 0.01 * u,
+                "kl": 0.001 * r, "grad_norm": 1.0 / (1 + r), "completion_length_mean": 40 + r,
+                "tool_calls_per_traj": 1.0 + 0.1 * r, "loss": -0.1 * r, "lr": 1e-5, "note": "text is ignored",
+            }
+            if moe:
+                row.update({"router/layer0/load_imbalance": 1.2, "router/layer1/load_imbalance": 1.1,
+                            "router_flip_rate": 0.03 * u})
+            rows.append(row)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    return run_dir
+
+
+def test_plot_runs_writes_non_empty_pngs(tmp_path):
+    runs = [write_metrics(tmp_path / "grpo"), write_metrics(tmp_path / "moe", moe=True)]
+    written = plot_runs(runs, tmp_path / "fig")
+    names = {p.name for p in written}
+    assert {"reward.png", "task_success.png", "ratio.png", "clip_fraction.png", "kl.png", "grad_norm.png",
+            "completion_length.png", "tool_calls.png", "router_load.png", "router_flip.png", "loss.png",
+            "learning_rate.png", "by_update.png"} <= names
+    for p in written:
+        data = p.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 2000, p
+    assert not list((tmp_path / "fig").glob(".*"))  # no temporary files left behind
+
+
+def test_plot_only_present_keys(tmp_path):
+    run = tmp_path / "dense"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "reward_mean": 0.5}) + "\n"
+                                       + json.dumps({"step": 1, "reward_mean": 0.7}) + "\n")
+    written = plot_runs([run / "metrics.jsonl"], tmp_path / "fig")
+    assert [p.name for p in written] == ["reward.png"]
+
+
+def test_plot_bad_input(tmp_path, capsys):
+    with pytest.raises(EvalError, match="no metrics.jsonl"):
+        plot_runs([tmp_path / "nope"], tmp_path / "fig")
+    run = tmp_path / "odd"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "unknown_key": 1.0}) + "\n")
+    with pytest.raises(EvalError, match="no plottable keys"):
+        plot_runs([run], tmp_path / "fig")
+    (run / "metrics.jsonl").write_text("{not json\n")
+    with pytest.raises(EvalError, match="not valid JSON"):
+        plot_runs([run], tmp_path / "fig")
+    with pytest.raises(EvalError, match="summary not found"):
+        plot_summary(tmp_path / "missing.json", tmp_path / "fig")
+    assert plot_main(["--output-dir", str(tmp_path / "fig")]) == 2
+    assert plot_main(["--runs", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "fig")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("minimind-trl plot: error:") for line in err)
+
+
+def test_plot_cli_runs(tmp_path):
+    run = write_metrics(tmp_path / "run", k=3)
+    assert plot_main(["--runs", str(run), "--output-dir", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig" / "by_update.png").stat().st_size > 2000
