@@ -1,0 +1,302 @@
+"""E0 stage: pretraining and supervised fine-tuning of MiniMind with TRL's ``SFTTrainer``.
+
+Two modes, both handed to ``SFTTrainer`` as pre-tokenized datasets (an ``input_ids`` column, so
+TRL skips its own rendering and tokenization):
+
+``mode="sft"`` -- rows in the upstream SFT schema ``{"conversations": [...]}`` (tools as a JSON
+string on the system turn, ``tool_calls`` as JSON strings, tool results as role ``tool``). Each row
+is converted with :func:`minimind_trl.data.conversations_to_messages`, rendered once by the chat
+template and tokenized once. The loss mask is then read off the token ids alone: every occurrence
+of the ids of ``<|im_start|>assistant\\n`` opens a span that runs through the next ``<|im_end|>``
+(the eos id) inclusive; the ``\\n`` after it and every system, user and tool token stay out. The
+span includes the think block (``<think>\\n\\n</think>\\n\\n`` when there is no reasoning), so the
+model learns the whole turn whichever generation prompt (``open_thinking`` or not) it later sees;
+the rendering of a full conversation does not depend on ``open_thinking``. The number of spans
+found must equal the number of assistant turns, else the row is rejected (a header merged with a
+neighbouring token would silently drop a turn). The mask goes into an ``assistant_masks`` column,
+from which ``SFTTrainer`` builds ``labels`` (-100 where the mask is 0). Upstream MiniMind's SFT
+data also trains the ``\n`` after ``<|im_end|>``; we stop at ``<|im_end|>``, where generation ends.
+
+Over-long conversations are *dropped*, not truncated: a cut tool trajectory would teach a tool call
+with no answer or an answer with no evidence. Their number is reported in :class:`SFTDataStats`
+(and logged). An assistant turn with no content, reasoning or tool call (the placeholder of
+agent-RL task rows) is an error: such rows are prompts, not demonstrations.
+
+``mode="pretrain"`` -- rows ``{"text": str}``, as upstream MiniMind's pretraining data:
+``<|im_start|>`` + text tokens + ``<|im_end|>``, the text cut to ``max_length - 2`` tokens so the
+eos always closes the sequence, and the loss on every token (``labels`` = ``input_ids``; padding
+is -100). Truncating plain text is harmless; truncated rows are counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from trl import SFTConfig, SFTTrainer
+
+from minimind_trl.data import conversations_to_messages
+
+logger = logging.getLogger(__name__)
+
+ASSISTANT_HEADER = "<|im_start|>assistant\n"
+MODES = ("sft", "pretrain")
+DEFAULT_MAX_LENGTH = 1024
+SUMMARY_FILE = "sft_summary.json"
+# transformers 5 renamed these TrainingArguments fields; the old names still work, with a warning
+_RENAMED_FIELDS = {
+    "gradient_checkpointing": "activation_checkpointing",
+    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
+}
+
+
+@dataclass(frozen=True)
+class SFTDataStats:
+    """What :func:`build_sft_dataset` kept, dropped and trains on."""
+
+    mode: str
+    rows: int
+    kept: int
+    dropped_overlong: int  # sft: rows longer than max_length, left out
+    truncated: int  # pretrain: rows whose text was cut to fit
+    longest: int  # longest tokenized row before dropping / truncation
+    tokens: int  # tokens in the kept rows
+    loss_tokens: int  # of those, tokens predicted with a loss (a row's first token never is)
+
+
+def assistant_token_mask(input_ids: list[int], header_ids: list[int], end_id: int) -> tuple[list[int], int]:
+    """1 on each span after ``header_ids`` through the next ``end_id`` inclusive, else 0.
+
+    Returns ``(mask, number_of_spans)``. A header with no ``end_id`` after it raises ``ValueError``.
+    """
+    mask = [0] * len(input_ids)
+    width, spans, i = len(header_ids), 0, 0
+    while i + width <= len(input_ids):
+        if input_ids[i : i + width] != header_ids:
+            i += 1
+            continue
+        start = end = i + width
+        while end < len(input_ids) and input_ids[end] != end_id:
+            end += 1
+        if end == len(input_ids):
+            raise ValueError(f"assistant turn opened at token {i} has no end token {end_id}")
+        mask[start : end + 1] = [1] * (end + 1 - start)
+        spans += 1
+        i = end + 1
+    return mask, spans
+
+
+def _is_placeholder(message: Mapping[str, Any]) -> bool:
+    return not (message.get("content") or message.get("reasoning_content") or message.get("tool_calls"))
+
+
+def tokenize_conversation(
+    conversations: list[dict], tokenizer: PreTrainedTokenizerBase, where: str = "row"
+) -> tuple[list[int], list[int]]:
+    """``(input_ids, assistant_mask)`` of one upstream-schema conversation, rendered once."""
+    messages, tools = conversations_to_messages(conversations)
+    assistants = [m for m in messages if m["role"] == "assistant"]
+    if not assistants:
+        raise ValueError(f"{where}: no assistant turn, nothing to learn")
+    if any(_is_placeholder(m) for m in assistants):
+        raise ValueError(f"{where}: an assistant turn has no content, reasoning or tool call (a task prompt?)")
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    input_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    header_ids = tokenizer(ASSISTANT_HEADER, add_special_tokens=False)["input_ids"]
+    mask, spans = assistant_token_mask(input_ids, header_ids, tokenizer.eos_token_id)
+    if spans != len(assistants):
+        raise ValueError(
+            f"{where}: found {spans} assistant spans in the token ids for {len(assistants)} assistant turns"
+        )
+    return input_ids, mask
+
+
+def tokenize_pretrain_text(text: str, tokenizer: PreTrainedTokenizerBase, max_length: int) -> tuple[list[int], int]:
+    """``(bos + text tokens + eos, full length)``, the text cut to ``max_length - 2`` tokens.
+
+    The full length is that of the uncut sequence; it exceeds ``len(ids)`` when the text was cut.
+    """
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return [tokenizer.bos_token_id, *ids[: max_length - 2], tokenizer.eos_token_id], len(ids) + 2
+
+
+def _field(row: Mapping[str, Any], name: str, index: int, mode: str) -> Any:
+    if name not in row:
+        raise ValueError(f"row {index}: mode {mode!r} needs a {name!r} field, got {sorted(row)}")
+    return row[name]
+
+
+def build_sft_dataset(
+    rows: Iterable[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase, max_length: int, mode: str = "sft"
+) -> tuple[Dataset, SFTDataStats]:
+    """The pre-tokenized dataset for ``SFTTrainer`` and its :class:`SFTDataStats`.
+
+    ``sft``: columns ``input_ids`` and ``assistant_masks``; rows over ``max_length`` tokens are
+    dropped (and logged). ``pretrain``: column ``input_ids``, loss on every token; long texts are
+    truncated. Raises ``ValueError`` on a malformed row or when no row is left.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if max_length < 3:
+        raise ValueError(f"max_length must be at least 3, got {max_length}")
+    input_ids: list[list[int]] = []
+    masks: list[list[int]] = []
+    seen = dropped = truncated = longest = 0
+    for index, row in enumerate(rows):
+        seen += 1
+        if mode == "pretrain":
+            text = _field(row, "text", index, mode)
+            if not isinstance(text, str):
+                raise ValueError(f"row {index}: 'text' must be a string, got {type(text).__name__}")
+            ids, full_length = tokenize_pretrain_text(text, tokenizer, max_length)
+            longest, truncated = max(longest, full_length), truncated + (full_length > len(ids))
+            input_ids.append(ids)
+            masks.append([1] * len(ids))
+            continue
+        conversations = _field(row, "conversations", index, mode)
+        ids, mask = tokenize_conversation(conversations, tokenizer, where=f"row {index}")
+        longest = max(longest, len(ids))
+        if len(ids) > max_length:
+            dropped += 1
+            continue
+        input_ids.append(ids)
+        masks.append(mask)
+    if dropped:
+        logger.warning("build_sft_dataset: dropped %d of %d rows longer than max_length=%d", dropped, seen, max_length)
+    if not input_ids:
+        raise ValueError(f"no rows left to train on ({seen} rows, {dropped} longer than max_length={max_length})")
+    stats = SFTDataStats(
+        mode=mode, rows=seen, kept=len(input_ids), dropped_overlong=dropped, truncated=truncated, longest=longest,
+        tokens=sum(map(len, input_ids)), loss_tokens=sum(sum(mask[1:]) for mask in masks),
+    )
+    columns = {"input_ids": input_ids} if mode == "pretrain" else {"input_ids": input_ids, "assistant_masks": masks}
+    return Dataset.from_dict(columns), stats
+
+
+def _bf16_available() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def sft_config(output_dir: str | Path, mode: str = "sft", **overrides: Any) -> SFTConfig:
+    """``SFTConfig`` with every field that matters here set explicitly; ``overrides`` win.
+
+    Defaults: AdamW at 5e-4 (pretrain) / 5e-5 (sft), cosine schedule without warmup, weight decay
+    0, gradient clipping at 1.0, batch 8, one epoch, seed 42, bf16 only on a GPU that has it, no
+    activation checkpointing (MiniMind is small; ``gradient_checkpointing`` is accepted as its old
+    name), no packing or padding-free batches (masks stay per row), TRL's own masking off (the
+    dataset carries the mask), no periodic evaluation or checkpoints (:func:`run_sft` evaluates and
+    saves at the end), no external loggers. The MoE router aux loss is weighted by the model
+    config's ``router_aux_loss_coef`` (``router_aux_loss_coef=None``).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    bf16 = _bf16_available()
+    fields: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "max_length": DEFAULT_MAX_LENGTH,
+        "truncation_mode": "keep_start",
+        "packing": False,
+        "padding_free": False,
+        "pad_to_multiple_of": None,
+        "completion_only_loss": False,
+        "assistant_only_loss": False,
+        "shuffle_dataset": False,
+        "dataset_num_proc": None,
+        "loss_type": "nll",
+        "router_aux_loss_coef": None,
+        "learning_rate": 5e-4 if mode == "pretrain" else 5e-5,
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": 0,
+        "weight_decay": 0.0,
+        "max_grad_norm": 1.0,
+        "optim": "adamw_torch",
+        "num_train_epochs": 1.0,
+        "max_steps": -1,
+        "per_device_train_batch_size": 8,
+        "per_device_eval_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "activation_checkpointing": False,
+        "bf16": bf16,
+        "fp16": False,
+        "seed": 42,
+        "data_seed": 42,
+        "logging_strategy": "steps",
+        "logging_steps": 10,
+        "eval_strategy": "no",
+        "save_strategy": "no",
+        "report_to": "none",
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": torch.cuda.is_available(),
+        "dataloader_drop_last": False,
+        "remove_unused_columns": True,
+        "average_tokens_across_devices": True,
+    }
+    for old, new in _RENAMED_FIELDS.items():  # the deprecated name must not lose to our default
+        if old in overrides:
+            overrides[new] = overrides.pop(old)
+    fields.update(overrides)
+    return SFTConfig(**fields)
+
+
+@dataclass
+class SFTRun:
+    """What :func:`run_sft` leaves: the trainer, its metrics and the data statistics."""
+
+    trainer: SFTTrainer
+    train_metrics: dict[str, float]
+    eval_metrics: dict[str, float] | None
+    train_data: SFTDataStats
+    eval_data: SFTDataStats | None
+
+
+def run_sft(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_rows: Iterable[Mapping[str, Any]],
+    output_dir: str | Path,
+    *,
+    sft_args: Mapping[str, Any] | None = None,
+    eval_rows: Iterable[Mapping[str, Any]] | None = None,
+    mode: str = "sft",
+    save: bool = True,
+) -> SFTRun:
+    """Train ``model`` on ``train_rows`` with ``SFTTrainer``; returns an :class:`SFTRun`.
+
+    ``sft_args`` are ``SFTConfig`` fields over :func:`sft_config`'s defaults (``max_length`` also
+    bounds the dataset). ``eval_rows`` (same ``mode``) are evaluated once after training; set
+    ``eval_strategy`` / ``eval_steps`` in ``sft_args`` for evaluations during training too. With
+    ``save``, ``trainer.save_model`` writes the final model and tokenizer to ``output_dir``
+    (``from_pretrained``-loadable) beside ``sft_summary.json`` (data statistics and metrics).
+    """
+    config = sft_config(output_dir, mode, **dict(sft_args or {}))
+    if config.max_length is None:
+        raise ValueError("run_sft needs an integer max_length (it bounds the dataset), got None")
+    train_dataset, train_data = build_sft_dataset(train_rows, tokenizer, config.max_length, mode)
+    eval_dataset = eval_data = None
+    if eval_rows is not None:
+        eval_dataset, eval_data = build_sft_dataset(eval_rows, tokenizer, config.max_length, mode)
+    trainer = SFTTrainer(
+        model=model, args=config, train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=tokenizer
+    )
+    train_metrics = dict(trainer.train().metrics)
+    eval_metrics = dict(trainer.evaluate()) if eval_dataset is not None else None
+    run = SFTRun(trainer, train_metrics, eval_metrics, train_data, eval_data)
+    if save:
+        trainer.save_model(str(output_dir))
+        if trainer.is_world_process_zero():
+            summary = {
+                "mode": mode,
+                "train_data": asdict(train_data),
+                "eval_data": asdict(eval_data) if eval_data else None,
+                "train_metrics": train_metrics,
+                "eval_metrics": eval_metrics,
+            }
+            (Path(output_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return run

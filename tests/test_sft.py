@@ -1,0 +1,244 @@
+"""E0 stage: assistant-only masks by token ids, SFTTrainer labels, training steps, long rows, pretrain."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from trl import SFTTrainer
+
+from minimind_trl.data import conversations_to_messages, generate_tasks, gold_trajectory
+from minimind_trl.envs.tools import default_registry
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.sft import (
+    ASSISTANT_HEADER,
+    SUMMARY_FILE,
+    assistant_token_mask,
+    build_sft_dataset,
+    run_sft,
+    sft_config,
+    tokenize_conversation,
+)
+from minimind_trl.tokenization import load_tokenizer
+
+
+def _tool(name, description, **properties):
+    parameters = {"type": "object", "properties": properties, "required": list(properties)}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+TOOLS = [
+    _tool("calculate_math", "Evaluate an expression.", expression={"type": "string"}),
+    _tool("unit_converter", "Convert units.", value={"type": "number"}, from_unit={"type": "string"},
+          to_unit={"type": "string"}),
+]
+
+
+def _calls(*calls):
+    return json.dumps([{"name": name, "arguments": arguments} for name, arguments in calls])
+
+
+# Upstream schema: tools as a JSON string on the system turn, tool_calls as JSON strings, role "tool".
+TOOL_CONVERSATION = [
+    {"role": "system", "content": "You are a helpful assistant.", "tools": json.dumps(TOOLS)},
+    {"role": "user", "content": "What is 12*7, and how many metres are 3 km?"},
+    {"role": "assistant", "content": "", "reasoning_content": "Two tools at once.",
+     "tool_calls": _calls(("calculate_math", {"expression": "12*7"}),
+                          ("unit_converter", {"value": 3, "from_unit": "km", "to_unit": "m"}))},
+    {"role": "tool", "content": '{"result": "84"}'},
+    {"role": "tool", "content": '{"result": "3000"}'},
+    {"role": "assistant", "content": "Now the sum.",
+     "tool_calls": _calls(("calculate_math", {"expression": "84+3000"}))},
+    {"role": "tool", "content": '{"result": "3084"}'},
+    {"role": "assistant", "content": "12*7 = 84, 3 km = 3000 m, together 3084."},
+    {"role": "user", "content": "谢谢！再加 1 呢？"},
+    {"role": "assistant", "content": "<think>\n3084 + 1\n</think>\n\n3085"},
+]
+CHAT_CONVERSATION = [
+    {"role": "user", "content": "Say hi."},
+    {"role": "assistant", "content": "Hi!"},
+    {"role": "user", "content": "Again, in Chinese."},
+    {"role": "assistant", "content": "你好！"},
+]
+BRIEF_CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4"},
+]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer()
+
+
+def _ids(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def expected_mask(tok, conversations):
+    """The assistant mask from token counts of template-rendered prefixes (no id scanning)."""
+    messages, tools = conversations_to_messages(conversations)
+    render = lambda msgs: tok.apply_chat_template(msgs, tools=tools, tokenize=False)  # noqa: E731
+    full = _ids(tok, render(messages))
+    mask = [0] * len(full)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        opened = _ids(tok, render(messages[:i]) + ASSISTANT_HEADER)
+        closed = _ids(tok, render(messages[: i + 1]))
+        assert full[: len(closed)] == closed and closed[: len(opened)] == opened  # prefixes tokenize stably
+        assert tok.convert_ids_to_tokens(closed[-2:]) == ["<|im_end|>", "Ċ"]
+        mask[len(opened) : len(closed) - 1] = [1] * (len(closed) - 1 - len(opened))  # the "\n" stays out
+    return full, mask
+
+
+@pytest.mark.parametrize("conversation", [TOOL_CONVERSATION, CHAT_CONVERSATION], ids=["tools", "chat"])
+def test_mask_is_exactly_the_assistant_tokens(tok, conversation):
+    ids, mask = tokenize_conversation(conversation, tok)
+    full, expected = expected_mask(tok, conversation)
+    assert ids == full
+    for position, (got, want) in enumerate(zip(mask, expected, strict=True)):
+        token = tok.convert_ids_to_tokens(ids[position])
+        assert got == want, f"token {position} {token!r}: mask {got}, expected {want}"
+    learned = tok.decode([i for i, bit in zip(ids, mask) if bit])
+    assert "<tool_response>" not in learned and "You are a helpful" not in learned and "谢谢" not in learned
+    assert learned.count("<|im_end|>") == sum(turn["role"] == "assistant" for turn in conversation)
+
+
+def test_mask_on_gold_trajectories(tok):
+    registry = default_registry()
+    for task in generate_tasks(4, seed=3):
+        row = gold_trajectory(task, registry)
+        ids, mask = tokenize_conversation(row["conversations"], tok)
+        assert (ids, mask) == expected_mask(tok, row["conversations"])
+
+
+def test_assistant_token_mask_by_ids():
+    header, end = [1, 7, 8], 2
+    ids = [1, 5, 2, 9, 1, 7, 8, 4, 4, 2, 9, 1, 7, 8, 2, 9]
+    mask, spans = assistant_token_mask(ids, header, end)
+    assert spans == 2
+    assert mask == [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 0]
+    with pytest.raises(ValueError, match="no end token"):
+        assistant_token_mask([1, 7, 8, 4], header, end)
+
+
+def test_malformed_rows_are_rejected(tok):
+    task_prompt = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": ""}]
+    with pytest.raises(ValueError, match="no content, reasoning or tool call"):
+        tokenize_conversation(task_prompt, tok)
+    with pytest.raises(ValueError, match="no assistant turn"):
+        tokenize_conversation([{"role": "user", "content": "hi"}], tok)
+    spoofed = [{"role": "user", "content": ASSISTANT_HEADER + "fake"}, {"role": "assistant", "content": "ok"}]
+    with pytest.raises(ValueError, match="2 assistant spans .* for 1 assistant turns"):
+        tokenize_conversation(spoofed, tok)
+    with pytest.raises(ValueError, match="needs a 'conversations' field"):
+        build_sft_dataset([{"text": "plain"}], tok, 64)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        build_sft_dataset([{"text": "plain"}], tok, 64, mode="dpo")
+
+
+def test_overlong_rows_are_dropped_and_counted(tok):
+    rows = [{"conversations": TOOL_CONVERSATION}, {"conversations": CHAT_CONVERSATION}]
+    lengths = [len(tokenize_conversation(row["conversations"], tok)[0]) for row in rows]
+    assert lengths[0] > lengths[1]
+    dataset, stats = build_sft_dataset(rows, tok, max_length=lengths[0] - 1)
+    assert (stats.rows, stats.kept, stats.dropped_overlong, stats.longest) == (2, 1, 1, lengths[0])
+    assert dataset["input_ids"] == [tokenize_conversation(CHAT_CONVERSATION, tok)[0]]
+    assert stats.loss_tokens == sum(dataset[0]["assistant_masks"]) and stats.tokens == lengths[1]
+    _, stats = build_sft_dataset(rows, tok, max_length=lengths[0])
+    assert (stats.kept, stats.dropped_overlong) == (2, 0)
+    with pytest.raises(ValueError, match="no rows left"):
+        build_sft_dataset(rows, tok, max_length=lengths[1] - 1)
+
+
+def _tiny_model(preset="tiny"):
+    torch.manual_seed(0)
+    return MiniMindForCausalLM(get_preset(preset))
+
+
+def test_sft_trainer_labels_are_the_mask(tok, tmp_path):
+    rows = [{"conversations": TOOL_CONVERSATION}, {"conversations": CHAT_CONVERSATION}]
+    dataset, _ = build_sft_dataset(rows, tok, 1024)
+    config = sft_config(tmp_path, max_length=1024, per_device_train_batch_size=2, disable_tqdm=True)
+    trainer = SFTTrainer(model=_tiny_model(), args=config, train_dataset=dataset, processing_class=tok)
+    prepared = trainer.train_dataset
+    assert prepared["input_ids"] == dataset["input_ids"]
+    batch = trainer.data_collator([prepared[i] for i in range(len(prepared))])
+    for row, (ids, mask) in enumerate(zip(dataset["input_ids"], dataset["assistant_masks"], strict=True)):
+        n = len(ids)
+        assert batch["input_ids"][row, :n].tolist() == ids
+        assert batch["labels"][row, :n].tolist() == [i if bit else -100 for i, bit in zip(ids, mask)]
+        assert (batch["labels"][row, n:] == -100).all() and (batch["attention_mask"][row, n:] == 0).all()
+
+
+def test_three_steps_reduce_the_assistant_loss(tok, tmp_path):
+    rows = [{"conversations": CHAT_CONVERSATION}, {"conversations": BRIEF_CONVERSATION}]
+    model = _tiny_model()
+    dataset, _ = build_sft_dataset(rows, tok, 1024)
+    with torch.no_grad():  # the masked loss SFTTrainer must report at step 1, computed by hand
+        nll_sum, count = 0.0, 0
+        for ids, mask in zip(dataset["input_ids"], dataset["assistant_masks"]):
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), dim=-1)
+            target = torch.tensor(ids[1:])
+            keep = torch.tensor(mask[1:], dtype=torch.bool)
+            nll_sum += -logp[torch.arange(len(target)), target][keep].sum().item()
+            count += int(keep.sum())
+    args = {"max_length": 1024, "max_steps": 3, "per_device_train_batch_size": 2, "learning_rate": 1e-2,
+            "logging_steps": 1, "disable_tqdm": True}
+    run = run_sft(model, tok, rows, tmp_path, sft_args=args, save=False)
+    losses = [entry["loss"] for entry in run.trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3
+    assert losses[0] == pytest.approx(nll_sum / count, rel=1e-4)
+    assert losses[2] < losses[0] - 0.1
+    assert run.train_data.loss_tokens == count and run.trainer.state.global_step == 3
+
+
+def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path):
+    short, long = "Tools return JSON.", "word " * 200
+    dataset, stats = build_sft_dataset([{"text": short}, {"text": long}], tok, max_length=32, mode="pretrain")
+    assert dataset.column_names == ["input_ids"]
+    assert dataset[0]["input_ids"] == [tok.bos_token_id, *_ids(tok, short), tok.eos_token_id]
+    cut = dataset[1]["input_ids"]
+    assert len(cut) == 32 and cut[-1] == tok.eos_token_id and cut[1:-1] == _ids(tok, long)[:30]
+    assert (stats.truncated, stats.dropped_overlong, stats.longest) == (1, 0, len(_ids(tok, long)) + 2)
+    assert stats.tokens == len(dataset[0]["input_ids"]) + 32 and stats.loss_tokens == stats.tokens - 2
+
+    args = {"max_length": 32, "max_steps": 1, "per_device_train_batch_size": 2, "disable_tqdm": True}
+    run = run_sft(_tiny_model(), tok, [{"text": short}, {"text": long}], tmp_path, sft_args=args, mode="pretrain",
+                  eval_rows=[{"text": short}])
+    prepared = run.trainer.train_dataset
+    batch = run.trainer.data_collator([prepared[i] for i in range(len(prepared))])
+    real = batch["attention_mask"].bool()
+    assert torch.equal(batch["labels"][real], batch["input_ids"][real]) and (batch["labels"][~real] == -100).all()
+    assert run.eval_metrics["eval_loss"] > 0 and run.eval_data.kept == 1
+
+    summary = json.loads((tmp_path / SUMMARY_FILE).read_text())
+    assert summary["mode"] == "pretrain" and summary["train_data"]["truncated"] == 1
+    reloaded = MiniMindForCausalLM.from_pretrained(tmp_path)
+    ids = torch.tensor([dataset[0]["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(reloaded(input_ids=ids).logits, run.trainer.model(input_ids=ids).logits, atol=1e-6)
+    assert load_tokenizer(tmp_path)(short)["input_ids"] == _ids(tok, short)
+
+
+def test_moe_sft_adds_the_router_aux_loss(tok, tmp_path):
+    args = {"max_length": 256, "max_steps": 1, "per_device_train_batch_size": 1, "logging_steps": 1,
+            "disable_tqdm": True}
+    run = run_sft(_tiny_model("tiny-moe"), tok, [{"conversations": CHAT_CONVERSATION}], tmp_path, sft_args=args,
+                  save=False)
+    logged = run.trainer.state.log_history[0]
+    assert logged["aux_loss"] > 0 and run.trainer.router_aux_loss_coef == pytest.approx(5e-4)
+
+
+def test_sft_config_defaults_and_overrides(tmp_path):
+    config = sft_config(tmp_path, mode="pretrain")
+    assert (config.bf16, config.activation_checkpointing, config.packing, config.assistant_only_loss) == (
+        torch.cuda.is_available() and torch.cuda.is_bf16_supported(), False, False, False)
+    assert config.learning_rate == 5e-4 and config.report_to == [] and config.save_strategy == "no"
+    config = sft_config(tmp_path, gradient_checkpointing=True, learning_rate=1e-3)
+    assert config.activation_checkpointing is True and config.learning_rate == 1e-3
+    with pytest.raises(TypeError):
+        sft_config(tmp_path, no_such_field=1)
