@@ -1,0 +1,271 @@
+"""Batched multi-turn tool rollout for evaluation and benchmarks, independent of the trainer.
+
+`rollout(model, tokenizer, tasks, registry, ...)` follows the same protocol as TRL's tool loop
+(see `minimind_trl.envs.environment`), so evaluation scores what training produced:
+
+1. Each task's prompt is rendered by the chat template (tools from the system message, the
+   trailing empty assistant placeholder dropped, generation prompt with the think prefix).
+2. Up to ``batch_size`` rows are left-padded (pad 0) and generated together with KV cache; a
+   row's turn ends at its first ``<|im_end|>`` (eos 2), which belongs to the turn.
+3. The turn is parsed exactly as TRL's loop parses it (``trl.chat_template_utils.parse_response``
+   with the tokenizer's ``response_template`` and the registry's schemas, which also cast string
+   arguments to the schema types; a reply with any malformed ``<tool_call>`` block is plain
+   text). Its calls run through the registry (failures are ``{"error": ...}`` observations).
+   The tool turn ``\\n<|im_start|>user\\n<tool_response>\\n{obs}\\n</tool_response><|im_end|>\\n
+   <|im_start|>assistant\\n`` + think prefix is rendered by the template and appended as ids.
+4. Rows with calls continue, the others drop out; after ``max_tool_turns`` tool rounds a row
+   that still calls tools stops with ``pending_call``. A turn without ``<|im_end|>`` within
+   ``max_new_tokens`` (a per-turn budget) stops its row as ``truncated``; its calls are not run.
+
+Ids are only ever concatenated: ``prompt_ids + completion_ids`` is exactly what the model saw.
+Greedy decoding does not depend on the batch composition (up to float rounding); sampling is
+reproducible for the same arguments (the global RNG state is left untouched).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+from trl.chat_template_utils import parse_response
+
+from minimind_trl.data.formats import conversations_to_messages
+from minimind_trl.envs.registry import ToolRegistry, error_observation
+from minimind_trl.envs.tools import parse_tool_calls
+
+DEFAULT_MAX_TOOL_TURNS = 3
+"""Tool rounds per trajectory (TRL's ``max_tool_calling_iterations``): at most
+``max_tool_turns + 1`` model turns."""
+THINK_CLOSE = "</think>"
+
+
+def is_error_observation(observation: str) -> bool:
+    """True for a failed call: our ``{"error": ...}`` JSON or TRL's ``{'error': ...}`` repr."""
+    text = str(observation).lstrip()
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text.startswith("{'error':")
+    return isinstance(value, dict) and "error" in value
+
+
+def unparsed_call_blocks(reply: str) -> int:
+    """``<tool_call>`` blocks (good or bad) in a reply that was read as plain text."""
+    blocks = parse_tool_calls(reply)
+    return len(blocks.calls) + blocks.malformed
+
+
+@dataclass
+class Trajectory:
+    """One rollout of one task.
+
+    ``tools``: the tool schemas offered in the prompt (from the task's system message);
+    ``prompt_ids`` [P] and ``completion_ids`` [C] (model turns and tool turns, concatenated);
+    ``action_mask`` [C]: 1 on model tokens (each turn's ``<|im_end|>`` included), 0 on tool-turn
+    tokens; ``text``: ``completion_ids`` decoded with special tokens kept; ``turn_texts``: each
+    model turn decoded without its ``<|im_end|>``; ``tool_calls``: parsed calls
+    ``{"turn", "name", "arguments"}`` in order (the pending ones included); ``observations``:
+    one per executed call; ``n_turns``: model turns; ``finished``: ended with a reply without
+    calls; ``pending_call``: stopped at the turn cap with calls; ``truncated``: a turn hit
+    ``max_new_tokens``; ``valid_calls`` / ``failed_calls``: executed calls with a result / an
+    error; ``malformed_calls``: ``<tool_call>`` blocks in replies read as plain text
+    (any malformed block makes the whole reply plain text, as in TRL); ``n_model_tokens``: sum of
+    ``action_mask``.
+    """
+
+    task_index: int
+    sample_index: int
+    task_id: Any
+    open_thinking: bool
+    tools: list[dict] | None
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    text: str = ""
+    turn_texts: list[str] = field(default_factory=list)
+    tool_calls: list[dict] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    n_turns: int = 0
+    finished: bool = False
+    pending_call: bool = False
+    truncated: bool = False
+    valid_calls: int = 0
+    failed_calls: int = 0
+    malformed_calls: int = 0
+
+    @property
+    def n_model_tokens(self) -> int:
+        return sum(self.action_mask)
+
+    @property
+    def final_reply(self) -> str:
+        """The last turn's reply (after ``</think>``, stripped) when finished, else ``""``."""
+        return reply_text(self.turn_texts[-1]).strip() if self.finished else ""
+
+
+def reply_text(turn_text: str) -> str:
+    """The part of a model turn after its last ``</think>`` (all of it when there is none)."""
+    return turn_text.rsplit(THINK_CLOSE, 1)[-1]
+
+
+def task_messages(task: dict) -> tuple[list[dict], list[dict] | None]:
+    """(messages, tools) of a task row, without the trailing empty assistant placeholder."""
+    messages, tools = conversations_to_messages(task["conversations"])
+    while messages and messages[-1]["role"] == "assistant" and not messages[-1].get("content") \
+            and not messages[-1].get("tool_calls"):
+        messages.pop()
+    return messages, tools
+
+
+def render_ids(tokenizer: Any, messages: list[dict], **kwargs: Any) -> list[int]:
+    """Token ids of ``apply_chat_template(messages, **kwargs)`` (no automatic specials)."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def prompt_ids_for(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
+                   open_thinking: bool = False) -> list[int]:
+    """Ids of a prompt and its generation prompt (think block opened iff ``open_thinking``)."""
+    return render_ids(tokenizer, messages, tools=tools, add_generation_prompt=True,
+                      open_thinking=open_thinking)
+
+
+def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
+                  open_thinking: bool = False) -> list[int]:
+    """Ids that follow a model turn's ``<|im_end|>`` when its calls returned ``observations``:
+    the template's rendering of the tool messages plus the generation prompt, cut from a
+    one-exchange conversation right after the assistant's ``<|im_end|>``."""
+    calls = [{"type": "function", "function": {"name": n, "arguments": {}}} for n in names]
+    head = [{"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": calls}]
+    tool_messages = [{"role": "tool", "name": n, "content": o} for n, o in zip(names, observations)]
+    prefix = render_ids(tokenizer, head)
+    prefix = prefix[:len(prefix) - prefix[::-1].index(tokenizer.eos_token_id)]
+    full = render_ids(tokenizer, head + tool_messages, add_generation_prompt=True,
+                       open_thinking=open_thinking)
+    if full[:len(prefix)] != prefix:
+        raise ValueError("chat template is not prefix-preserving around a tool turn")
+    return full[len(prefix):]
+
+
+def _generate(model: Any, contexts: list[list[int]], config: GenerationConfig) -> list[list[int]]:
+    """New ids [n_new] per context (left-padded batch), cut after the first eos."""
+    device = next(model.parameters()).device
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), config.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(contexts), width), dtype=torch.long)
+    for i, context in enumerate(contexts):
+        input_ids[i, width - len(context):] = torch.tensor(context)
+        attention_mask[i, width - len(context):] = 1
+    output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                            generation_config=config)
+    new_ids = []
+    for row in output[:, width:].tolist():
+        if config.eos_token_id in row:
+            row = row[:row.index(config.eos_token_id) + 1]
+        new_ids.append(row)
+    return new_ids
+
+
+def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: Any,
+               registry: ToolRegistry, schemas: list[dict], turn: int, max_tool_turns: int) -> bool:
+    """Record one model turn (``ids`` generated after ``context``); run its calls and append the
+    tool turn. Returns whether the row goes on to another turn."""
+    eos = tokenizer.eos_token_id
+    ended = bool(ids) and ids[-1] == eos
+    text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+    traj.completion_ids += ids
+    traj.action_mask += [1] * len(ids)
+    traj.turn_texts.append(text)
+    traj.n_turns += 1
+    if not ended:
+        traj.truncated = True
+        return False
+    try:
+        message = parse_response(tokenizer, ids, prefix=context, tools=schemas)
+    except Exception:  # noqa: BLE001 - TRL falls back to plain text on ValueError/TypeError only
+        message = {"role": "assistant", "content": text}
+    calls = [c.get("function", c) for c in message.get("tool_calls") or []]
+    traj.tool_calls += [{"turn": turn, "name": c["name"], "arguments": c["arguments"]} for c in calls]
+    if not calls:
+        traj.malformed_calls += unparsed_call_blocks(reply_text(text))
+        traj.finished = True
+        return False
+    if turn >= max_tool_turns:
+        traj.pending_call = True
+        return False
+    observations = [registry.call(c["name"], c["arguments"]) if isinstance(c["arguments"], dict)
+                    else error_observation("tool call arguments must be a JSON object")
+                    for c in calls]
+    traj.observations += observations
+    failed = sum(is_error_observation(o) for o in observations)
+    traj.failed_calls += failed
+    traj.valid_calls += len(observations) - failed
+    suffix = tool_turn_ids(tokenizer, [c["name"] for c in calls], observations, traj.open_thinking)
+    traj.completion_ids += suffix
+    traj.action_mask += [0] * len(suffix)
+    return True
+
+
+def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistry,
+            max_tool_turns: int = DEFAULT_MAX_TOOL_TURNS, max_new_tokens: int = 256,
+            batch_size: int = 16, do_sample: bool = False, temperature: float = 1.0,
+            num_samples: int = 1, open_thinking: bool = False, seed: int = 0,
+            progress: bool = True) -> list[Trajectory]:
+    """Roll out every task ``num_samples`` times; returns the trajectories task-major
+    (task 0 samples 0..n-1, task 1, ...). ``tasks`` are data-contract rows (``conversations``
+    with the tools on the system message; ``id`` optional). ``max_new_tokens`` is per turn."""
+    if max_tool_turns < 0 or max_new_tokens < 1 or batch_size < 1 or num_samples < 1:
+        raise ValueError("rollout: need max_tool_turns >= 0 and max_new_tokens, batch_size, "
+                         "num_samples >= 1")
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} \
+        if do_sample else {"do_sample": False}
+    config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id, use_cache=True, **sampling)
+    trajectories = []
+    for t, task in enumerate(tasks):
+        messages, tools = task_messages(task)
+        prompt = prompt_ids_for(tokenizer, messages, tools, open_thinking)
+        trajectories += [Trajectory(t, s, task.get("id"), open_thinking, tools, list(prompt))
+                         for s in range(num_samples)]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(trajectories), desc="rollout", unit="traj")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+                torch.no_grad():
+            torch.manual_seed(seed)
+            for start in range(0, len(trajectories), batch_size):
+                chunk = trajectories[start:start + batch_size]
+                _roll_chunk(model, tokenizer, chunk, registry, config, max_tool_turns)
+                if bar is not None:
+                    bar.update(len(chunk))
+    finally:
+        model.train(was_training)
+        if bar is not None:
+            bar.close()
+    for traj in trajectories:
+        traj.text = tokenizer.decode(traj.completion_ids, skip_special_tokens=False)
+    return trajectories
+
+
+def _roll_chunk(model: Any, tokenizer: Any, chunk: list[Trajectory], registry: ToolRegistry,
+                config: GenerationConfig, max_tool_turns: int) -> None:
+    """Run the turn loop for one batch; rows leave the batch as soon as they stop."""
+    schemas = registry.schemas()
+    active = list(chunk)
+    for turn in range(max_tool_turns + 1):
+        if not active:
+            return
+        contexts = [traj.prompt_ids + traj.completion_ids for traj in active]
+        new_ids = _generate(model, contexts, config)
+        active = [traj for traj, context, ids in zip(active, contexts, new_ids)
+                  if _take_turn(traj, context, ids, tokenizer, registry, schemas, turn,
+                                max_tool_turns)]

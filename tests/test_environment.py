@@ -1,0 +1,213 @@
+"""The TRL tool environment (`minimind_trl.envs.environment`): generated tool methods, records,
+think-opener flags, and a scripted multi-turn rollout through TRL's own GRPOTrainer loop."""
+
+import inspect
+import json
+import os
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers.utils import get_json_schema
+from trl import GRPOConfig, GRPOTrainer
+
+from minimind_trl.envs.environment import (
+    ToolEnvironment,
+    ToolEnvironmentMixin,
+    make_environment_class,
+    open_thinking_for,
+    record_from_completion,
+    with_open_thinking,
+)
+from minimind_trl.envs.rollout import prompt_ids_for, task_messages
+from minimind_trl.envs.tools import default_registry
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.tokenization import load_tokenizer
+from test_rollout import SCRIPTS, independent_rendering, make_task, scripted  # tests/ is on sys.path
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return default_registry()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def test_environment_class_exposes_registry_tools(registry):
+    env_class = make_environment_class(registry, max_tool_turns=2)
+    public = {n for n, _ in inspect.getmembers(env_class, inspect.isfunction) if not n.startswith("_")}
+    assert public == {"reset", *registry.names()}  # what TRL turns into tools: reset excluded
+    env = env_class()
+    for name in registry.names():
+        schema = get_json_schema(getattr(env, name))
+        expected = registry.spec(name).schema
+        if not expected["function"]["parameters"]["required"]:
+            expected = json.loads(json.dumps(expected))
+            del expected["function"]["parameters"]["required"]  # get_json_schema omits it
+        assert json.dumps(schema) == json.dumps(expected)
+    assert issubclass(env_class, ToolEnvironment) and env_class.max_tool_turns == 2
+
+
+def test_tool_methods_never_raise_and_log_calls(registry):
+    env = make_environment_class(registry)()
+    env.reset(prompt=[], gt=["21"], id="t1", open_thinking=True, extra_column=3)
+    assert (env.gt, env.task_id, env.open_thinking, env.record) == (["21"], "t1", True, None)
+    assert env.calculate_math(expression="3*7") == '{"result": "21"}'
+    for hostile in ({"expression": "9**9**9**9"}, {"expression": "(" * 5000}, {"expression": 7},
+                    {"expression": "1", "rm": "-rf"}, {}):
+        assert list(json.loads(env.calculate_math(**hostile))) == ["error"]
+    assert json.loads(env.unit_converter(value="x", from_unit="km", to_unit="m"))["error"]
+    assert [c.ok for c in env.call_log] == [True] + [False] * 6
+    env.reset()
+    assert env.call_log == [] and env.gt is None and env.open_thinking is None
+
+
+def test_environment_rejects_colliding_tool_names():
+    from minimind_trl.envs.registry import ToolRegistry
+
+    bad = ToolRegistry()
+
+    def reset(x: int) -> int:
+        """Shadow reset.
+
+        Args:
+            x: A number.
+        """
+        return x
+
+    bad.register(reset)
+    with pytest.raises(ValueError, match="cannot be an environment method"):
+        make_environment_class(bad)
+
+
+def test_record_from_completion_cases():
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculate_math", "arguments": {"expression": "1"}}}]}
+    ok = {"role": "tool", "name": "calculate_math", "content": '{"result": "1"}'}
+    trl_error = {"role": "tool", "name": "nope", "content": "{'error': 'Tool nope not found.'}"}
+    answer = {"role": "assistant", "content": "It is 1."}
+    bad = {"role": "assistant", "content": "<tool_call>\n{oops}\n</tool_call>"}
+    done = record_from_completion([call, ok, trl_error, answer], [5, 2, 7, 7, 9, 2], [1, 1, 0, 0, 1, 1], 2)
+    assert (done.valid_calls, done.failed_calls, done.n_turns, done.n_model_tokens) == (1, 1, 2, 4)
+    assert done.finished and not done.pending_call and not done.truncated
+    pending = record_from_completion([call, ok, call], [5, 2, 7, 5, 2], [1, 1, 0, 1, 1], 2)
+    assert pending.pending_call and not pending.finished and len(pending.tool_calls) == 2
+    cut = record_from_completion([call, ok, {"role": "assistant", "content": "It"}], [5, 2, 7, 5], None, 2)
+    assert cut.truncated and not cut.finished and cut.n_model_tokens == 4
+    dropped = record_from_completion([call, ok], [5, 2, 7, 7], [1, 1, 0, 0], 2)  # post-tool turn cut to 0
+    assert dropped.truncated and not dropped.finished and not dropped.pending_call
+    plain = record_from_completion([bad], [5, 2], None, 2)
+    assert plain.finished and plain.malformed_calls == 1 and not plain.tool_calls
+
+
+def test_open_thinking_flags_are_deterministic_per_prompt():
+    keys = [f"task-{i}" for i in range(2000)]
+    flags = [open_thinking_for(k, 0.1, seed=3) for k in keys]
+    assert flags == [open_thinking_for(k, 0.1, seed=3) for k in keys]
+    assert 0.08 < sum(flags) / len(flags) < 0.12
+    assert flags != [open_thinking_for(k, 0.1, seed=4) for k in keys]
+    assert not any(open_thinking_for(k, 0.0, 0) for k in keys[:50])
+    assert all(open_thinking_for(k, 1.0, 0) for k in keys[:50])
+    rows = [{"id": k} for k in keys[:20]]
+    listed = with_open_thinking(rows, 0.5, seed=1)
+    mapped = with_open_thinking(Dataset.from_list(rows), 0.5, seed=1)
+    assert [r["open_thinking"] for r in listed] == mapped["open_thinking"] == [
+        open_thinking_for(k, 0.5, 1) for k in keys[:20]]
+
+
+# --- TRL's own multi-turn loop, with scripted replies ------------------------------------------
+
+class RecordingTrainer(ToolEnvironmentMixin, GRPOTrainer):
+    """Keeps the last generated batch so the test can read it after a real training step."""
+
+    def _generate_and_score_completions(self, inputs):
+        self.last_inputs = inputs
+        self.last_batch = super()._generate_and_score_completions(inputs)
+        return self.last_batch
+
+
+ROWS = {"[call]": False, "[think]": True, "[hostile]": False, "[loop]": False}
+EXPECTED_OBSERVATIONS = {  # per turn, as they appear in the tool messages
+    "[call]": [['{"result": "21"}'], []],
+    "[think]": [['{"result": "10"}'], []],
+    "[loop]": [['{"result": "1"}'], ['{"result": "2"}'], []],
+}
+
+
+def make_trainer(tokenizer, registry, tmp_path, cap_in_config=2, cap_in_env=2):
+    rows = []
+    for i, (key, think) in enumerate(ROWS.items()):
+        task = make_task(registry, f"{key} compute it", f"t{i}")
+        rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key, "open_thinking": think})
+    seen = {}
+
+    def reward_valid_calls(completions, environments, **kwargs):
+        seen["records"] = [env.record for env in environments]
+        return [float(env.record.valid_calls) for env in environments]
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=2,
+                      max_completion_length=1024, max_tool_calling_iterations=cap_in_config,
+                      max_steps=1, learning_rate=1e-4, bf16=False, activation_checkpointing=False,
+                      use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0)
+    torch.manual_seed(0)
+    model = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer)
+    trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
+                               train_dataset=Dataset.from_list(rows), reward_funcs=reward_valid_calls,
+                               environment_factory=make_environment_class(registry, cap_in_env))
+    return trainer, seen
+
+
+def test_mixin_requires_matching_turn_cap(tokenizer, registry, tmp_path):
+    with pytest.raises(ValueError, match="max_tool_calling_iterations=3"):
+        make_trainer(tokenizer, registry, tmp_path, cap_in_config=3, cap_in_env=2)
+
+
+def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry, tmp_path):
+    trainer, seen = make_trainer(tokenizer, registry, tmp_path)
+    trainer.train()
+    batch, inputs = trainer.last_batch, trainer.last_inputs
+    assert len(inputs) == 8 and seen["records"] == [env.record for env in trainer.environments]
+    for i, row in enumerate(inputs):
+        key, env = row["id"], trainer.environments[i]
+        prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+        keep = batch["completion_mask"][i].bool()
+        completion = batch["completion_ids"][i][keep].tolist()
+        tool_mask = batch["tool_mask"][i][keep].tolist()
+        record = env.record
+        observations = EXPECTED_OBSERVATIONS.get(key) or [record.observations, []]
+        turns = SCRIPTS[key][:record.n_turns]
+
+        # Token by token against an independent rendering of the conversation: ids equal, the
+        # mask is 1 exactly on the template's generation spans (model text + <|im_end|>).
+        ids, assistant_mask = independent_rendering(tokenizer, {"conversations": row["prompt"]},
+                                                    turns, observations)
+        assert ids[:len(prompt) + len(completion)] == prompt + completion, key
+        assert tokenizer.decode(ids[len(prompt) + len(completion):]) == "\n"
+        assert assistant_mask[len(prompt):len(prompt) + len(completion)] == tool_mask, key
+        assert sum(assistant_mask[:len(prompt)]) == 0
+
+        messages, tools = task_messages({"conversations": row["prompt"]})
+        assert prompt == prompt_ids_for(tokenizer, messages, tools, ROWS[key])  # = evaluation's
+        opener = "<think>\n" if ROWS[key] else "<think>\n\n</think>\n\n"
+        assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n" + opener)
+        assert tokenizer.decode(prompt).count("<tools>\n{") == 1  # the prompt's own tool list
+        offered = json.dumps(registry.schemas(["calculate_math"])[0], ensure_ascii=False)
+        assert offered in tokenizer.decode(prompt)
+        assert env.open_thinking is ROWS[key] and record.n_model_tokens == sum(tool_mask)
+
+        if key in ("[call]", "[think]"):
+            assert record.finished and record.n_turns == 2 and record.valid_calls == 1
+        elif key == "[hostile]":
+            assert (record.valid_calls, record.failed_calls, record.n_turns) == (1, 4, 2)
+            assert record.observations[1].startswith("{'error': 'Tool rm_rf not found")  # TRL's own
+            assert record.tool_calls[-1]["arguments"] == {"min": 3, "max": 3}
+            assert len(env.call_log) == 4  # the unknown tool never reached the environment
+        else:
+            assert record.pending_call and record.n_turns == 3 and len(record.tool_calls) == 3
+            assert not record.finished and len(env.call_log) == 2
+    assert trainer.state.global_step == 1

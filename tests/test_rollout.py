@@ -1,0 +1,240 @@
+"""Batched multi-turn rollout (`minimind_trl.envs.rollout`) with a tiny random MiniMind whose
+replies are forced, per task and turn, by a logits processor (a scripted "policy")."""
+
+import json
+
+import pytest
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from minimind_trl.envs.rollout import rollout, task_messages, tool_turn_ids
+from minimind_trl.envs.tools import default_registry
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.tokenization import load_tokenizer
+
+CALL = '<tool_call>\n{{"name": "calculate_math", "arguments": {{"expression": "{}"}}}}\n</tool_call>'
+HOSTILE = "\n".join([
+    CALL.format("9**9**9**9"),
+    '<tool_call>\n{"name": "rm_rf", "arguments": {"path": "/"}}\n</tool_call>',
+    CALL.format("__import__('os').system('ls')"),
+    '<tool_call>\n{"name": "calculate_math", "arguments": {"expression": 7, "x": [1]}}\n</tool_call>',
+    '<tool_call>\n{"name": "random_number", "arguments": {"min": "3", "max": "3"}}\n</tool_call>',
+])
+SCRIPTS = {
+    "[call]": [CALL.format("3*7"), "The answer is 21."],
+    "[hostile]": [HOSTILE, "I could not compute it."],
+    "[malformed]": [CALL.format("1+1") + "\n<tool_call>not json</tool_call>"],
+    "[loop]": [CALL.format(f"{k}+1") for k in range(6)],
+    "[think]": ["Use the tool.\n</think>\n\n" + CALL.format("2*5"), "Done.\n</think>\n\nIt is 10."],
+}
+
+
+class ScriptedReplies(LogitsProcessor):
+    """Forces the reply of turn k of a row whose context contains a script key to
+    ``SCRIPTS[key][k]`` + ``<|im_end|>``; other rows generate freely. Turn k = (eos tokens in
+    the context - 2) / 2 (system and user turns end with eos, then one per model / tool turn)."""
+
+    def __init__(self, tokenizer, scripts):
+        self.tokenizer, self.scripts, self.start, self.targets = tokenizer, scripts, None, None
+
+    def _target(self, row_ids):
+        text = self.tokenizer.decode(row_ids)
+        key = next((k for k in self.scripts if k in text), None)
+        turn = (row_ids.count(self.tokenizer.eos_token_id) - 2) // 2
+        if key is None or turn >= len(self.scripts[key]):
+            return None
+        ids = self.tokenizer(self.scripts[key][turn], add_special_tokens=False)["input_ids"]
+        return ids + [self.tokenizer.eos_token_id]
+
+    def __call__(self, input_ids, scores):
+        if self.start is None:
+            self.start = input_ids.shape[1]
+            self.targets = [self._target(row) for row in input_ids.tolist()]
+        step = input_ids.shape[1] - self.start
+        for row, target in enumerate(self.targets):
+            if target is not None:
+                token = target[min(step, len(target) - 1)]
+                scores[row] = float("-inf")
+                scores[row, token] = 0.0
+        return scores
+
+
+def scripted(model, tokenizer, scripts=SCRIPTS):
+    """Make ``model.generate`` follow ``scripts`` (an instance attribute shadows the method)."""
+    generate = model.generate
+
+    def forced_generate(*args, **kwargs):
+        processors = LogitsProcessorList([ScriptedReplies(tokenizer, scripts)])
+        return generate(*args, logits_processor=processors, **kwargs)
+
+    model.generate = forced_generate
+    return model
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return default_registry()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    return scripted(MiniMindForCausalLM(get_preset("tiny")).eval(), tokenizer)
+
+
+def make_task(registry, question, task_id):
+    tools = json.dumps(registry.schemas(["calculate_math"]), ensure_ascii=False)
+    return {"id": task_id, "gt": ["21"], "conversations": [
+        {"role": "system", "content": "You are a calculator.", "tools": tools},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": ""}]}
+
+
+def independent_rendering(tokenizer, task, turns, observations, open_thinking=False):
+    """Independent rendering of a finished rollout: the task's messages, each model turn as an
+    assistant message with its raw text as content, each tool round as tool messages. Returns
+    (ids, assistant mask) of the whole conversation from the template's generation markers."""
+    messages, tools = task_messages(task)
+    for k, text in enumerate(turns):
+        messages.append({"role": "assistant", "content": text})
+        messages += [{"role": "tool", "content": o} for o in observations[k]]
+    out = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True, open_thinking=open_thinking)
+    return list(out["input_ids"]), list(out["assistant_masks"])
+
+
+def assert_matches_rendering(tokenizer, task, traj, observations_per_turn):
+    ids, mask = independent_rendering(tokenizer, task, traj.turn_texts, observations_per_turn,
+                                      traj.open_thinking)
+    seen = traj.prompt_ids + traj.completion_ids
+    assert ids[:len(seen)] == seen
+    assert tokenizer.decode(ids[len(seen):]) == "\n"  # the template's newline after <|im_end|>
+    assert mask[len(traj.prompt_ids):len(seen)] == traj.action_mask
+    assert sum(mask[:len(traj.prompt_ids)]) == 0
+
+
+def test_scripted_rollout_records_masks_and_rendering(tokenizer, registry, model):
+    keys = ["[call]", "[hostile]", "[loop]", "[malformed]"]
+    tasks = [make_task(registry, f"{k} What is it?", f"t{i}") for i, k in enumerate(keys)]
+    call, hostile, loop, malformed = rollout(model, tokenizer, tasks, registry, max_tool_turns=2,
+                                             max_new_tokens=512, batch_size=8, progress=False)
+
+    assert (call.n_turns, call.finished, call.pending_call, call.truncated) == (2, True, False, False)
+    assert call.tool_calls == [{"turn": 0, "name": "calculate_math", "arguments": {"expression": "3*7"}}]
+    assert call.observations == ['{"result": "21"}'] and call.final_reply == "The answer is 21."
+    assert (call.valid_calls, call.failed_calls, call.malformed_calls) == (1, 0, 0)
+    assert call.turn_texts == SCRIPTS["[call]"] and call.task_id == "t0"
+    assert call.tools == registry.schemas(["calculate_math"])
+    assert call.text == tokenizer.decode(call.completion_ids, skip_special_tokens=False)
+    assert_matches_rendering(tokenizer, tasks[0], call, [call.observations, []])
+
+    # Hostile arguments are error observations and the rollout goes on; string arguments are
+    # cast to the schema type as in TRL ("3" -> 3 for an integer parameter).
+    assert (hostile.valid_calls, hostile.failed_calls, hostile.malformed_calls) == (1, 4, 0)
+    assert [list(json.loads(o)) for o in hostile.observations] == [["error"]] * 4 + [["result"]]
+    assert hostile.tool_calls[-1]["arguments"] == {"min": 3, "max": 3}
+    assert hostile.finished and hostile.n_turns == 2
+    assert_matches_rendering(tokenizer, tasks[1], hostile, [hostile.observations, []])
+
+    assert (loop.n_turns, loop.pending_call, loop.finished, len(loop.observations)) == (3, True, False, 2)
+    assert [c["turn"] for c in loop.tool_calls] == [0, 1, 2]
+    assert_matches_rendering(tokenizer, tasks[2], loop, [[o] for o in loop.observations] + [[]])
+
+    # One malformed block makes the whole reply plain text (TRL's parser does the same).
+    assert malformed.finished and malformed.n_turns == 1 and malformed.malformed_calls == 2
+    assert not malformed.tool_calls and not malformed.observations
+
+    # Every mask-1 run is one model turn ending with <|im_end|>; mask-0 runs are tool turns.
+    for traj in (call, hostile, loop):
+        runs = _runs(traj.completion_ids, traj.action_mask)
+        model_runs = [ids for ids, m in runs if m == 1]
+        assert [tokenizer.decode(r) for r in model_runs] == [t + "<|im_end|>" for t in traj.turn_texts]
+        for ids, m in runs:
+            if m == 0:
+                text = tokenizer.decode(ids)
+                assert text.startswith("\n<|im_start|>user\n<tool_response>\n")
+                assert text.endswith(
+                    "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert traj.n_model_tokens == sum(len(r) for r in model_runs)
+
+
+def _runs(ids, mask):
+    runs = []
+    for token, m in zip(ids, mask):
+        if runs and runs[-1][1] == m:
+            runs[-1][0].append(token)
+        else:
+            runs.append(([token], m))
+    return runs
+
+
+def test_batched_greedy_equals_one_at_a_time(tokenizer, registry, model):
+    keys = ["[loop]", "[free] short", "[call]", "[free] a much longer question " * 3, "[hostile]"]
+    tasks = [make_task(registry, f"{k}?", f"t{i}") for i, k in enumerate(keys)]
+    kwargs = dict(max_tool_turns=2, max_new_tokens=24, progress=False)
+    batched = rollout(model, tokenizer, tasks, registry, batch_size=8, num_samples=2, **kwargs)
+    single = rollout(model, tokenizer, tasks, registry, batch_size=1, **kwargs)
+    free = single[1]  # the random model rarely writes <|im_end|>: a cut turn stops the row
+    assert free.truncated and free.n_turns == 1 and len(free.completion_ids) == 24
+    assert free.action_mask == [1] * 24 and not free.finished and not free.observations
+    assert [(t.task_index, t.sample_index) for t in batched] == [(i, s) for i in range(5) for s in range(2)]
+    for one in single:
+        for twin in batched[2 * one.task_index: 2 * one.task_index + 2]:
+            assert twin.prompt_ids == one.prompt_ids
+            assert twin.completion_ids == one.completion_ids
+            assert twin.action_mask == one.action_mask
+            assert (twin.n_turns, twin.finished, twin.pending_call, twin.truncated) == (
+                one.n_turns, one.finished, one.pending_call, one.truncated)
+
+
+def test_turn_cap_and_truncation(tokenizer, registry, model):
+    tasks = [make_task(registry, "[loop] go", "a"), make_task(registry, "[call] go", "b")]
+    for cap in (0, 1):
+        loop, call = rollout(model, tokenizer, tasks, registry, max_tool_turns=cap,
+                             max_new_tokens=80, progress=False)
+        assert loop.n_turns == cap + 1 and loop.pending_call and len(loop.observations) == cap
+        assert len(loop.tool_calls) == cap + 1
+        assert call.finished == (cap == 1) and call.pending_call == (cap == 0)
+    # A per-turn budget shorter than the scripted call: the turn is cut and its call never runs.
+    (cut,) = rollout(model, tokenizer, tasks[1:], registry, max_new_tokens=5, progress=False)
+    assert cut.truncated and cut.n_turns == 1 and not cut.tool_calls and not cut.observations
+    assert len(cut.completion_ids) == 5 and cut.action_mask == [1] * 5
+
+
+def test_open_thinking_prompts_and_tool_turns(tokenizer, registry, model):
+    task = make_task(registry, "[think] 2 times 5?", "th")
+    (traj,) = rollout(model, tokenizer, [task], registry, open_thinking=True, progress=False)
+    assert tokenizer.decode(traj.prompt_ids).endswith("<|im_start|>assistant\n<think>\n")
+    assert traj.finished and traj.observations == ['{"result": "10"}']
+    assert traj.final_reply == "It is 10."
+    assert_matches_rendering(tokenizer, task, traj, [traj.observations, []])
+    (tool_turn,) = [ids for ids, m in _runs(traj.completion_ids, traj.action_mask) if m == 0]
+    assert tokenizer.decode(tool_turn).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_tool_turn_ids_render_like_the_template(tokenizer):
+    ids = tool_turn_ids(tokenizer, ["a", "b"], ['{"result": "1"}', '{"error": "x"}'])
+    assert tokenizer.decode(ids) == (
+        '\n<|im_start|>user\n<tool_response>\n{"result": "1"}\n</tool_response>\n<tool_response>\n'
+        '{"error": "x"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n')
+    opened = tool_turn_ids(tokenizer, ["a"], ["ok"], open_thinking=True)
+    assert tokenizer.decode(opened).endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+
+def test_sampling_is_seeded_and_leaves_global_rng(tokenizer, registry, model):
+    tasks = [make_task(registry, "[free] sample me", "s")]
+    kwargs = dict(do_sample=True, temperature=1.0, num_samples=3, max_new_tokens=12, progress=False)
+    state = torch.get_rng_state()
+    first = rollout(model, tokenizer, tasks, registry, seed=7, **kwargs)
+    assert torch.equal(torch.get_rng_state(), state)
+    again = rollout(model, tokenizer, tasks, registry, seed=7, **kwargs)
+    other = rollout(model, tokenizer, tasks, registry, seed=8, **kwargs)
+    assert [t.completion_ids for t in first] == [t.completion_ids for t in again]
+    assert [t.completion_ids for t in first] != [t.completion_ids for t in other]
+    assert len({tuple(t.completion_ids) for t in first}) == 3
+    assert model.training is False
