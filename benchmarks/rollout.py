@@ -1,0 +1,350 @@
+"""Throughput of the batched multi-turn tool rollout against a naive one-trajectory-at-a-time loop.
+
+What is measured
+----------------
+``minimind_trl.envs.rollout.rollout`` on generated agent-math tasks, with a random-weight MiniMind.
+A random model does not call tools by itself, so every model turn is *scripted*: a logits
+processor, passed to ``model.generate`` by a thin wrapper, leaves only the next token of the turn's
+script allowed. The model still runs a full forward pass (KV cache, batch, padding) for every
+token, exactly as when it samples; only the choice of the token is forced. Each trajectory gets
+``T`` tool turns (``--tool-turns``), each calling the task's next reference call (from
+``meta.calls``, cycled), then a final answer (the gold trajectory's answer); the tools really run
+and their observations are appended as ids. ``--filler-words N`` puts N words of plain text before
+each turn's tool call (longer turns). ``max_tool_turns`` is set to ``T``, so each trajectory has
+exactly ``T + 1`` model turns.
+
+The naive loop, written here, runs one trajectory at a time, turn by turn: ``model.generate`` on
+that trajectory's context alone (same generation config, same KV cache use, same scripted
+processor), parses the turn, runs its calls, appends the tool turn ids. It produces the same
+tokens as the batched rollout (checked: ``identical`` column). Both are timed end to end
+(prompt rendering, generation, parsing, tool calls). Reported per (batch size, tool turns):
+trajectories/s, generated (model) tokens/s, the speed-up over the naive loop at the same number
+of tool turns, peak memory, and the achieved FLOP/s ``2 * N * (prefill + generated tokens)``.
+
+Target: batched rollout at batch 32 >= 5x the naive loop (trajectories/s).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from _common import (  # noqa: E402
+    PRESETS,
+    PeakMemory,
+    build_model,
+    common_parser,
+    environment,
+    int_list,
+    print_table,
+    print_targets,
+    setup,
+    sync,
+    write_json,
+)
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
+
+TARGET_BATCH = 32
+TARGET_SPEEDUP = 5.0
+FILLER = ("let", "me", "work", "this", "out", "step", "by", "step", "and", "check")
+
+
+# ------------------------------------------------------------------------------------ scripting
+
+
+def turn_scripts(task: dict, registry: Any, tool_turns: int, filler_words: int) -> list[str]:
+    """Texts of the ``tool_turns + 1`` model turns of a task: one reference call per tool turn
+    (cycled), then the gold final answer. Each turn may start with ``filler_words`` words."""
+    from minimind_trl.data import gold_trajectory
+
+    calls = json.loads(task["meta"]["calls"])
+    answer = next(m["content"] for m in reversed(gold_trajectory(task, registry)["conversations"])
+                  if m["role"] == "assistant" and m.get("content"))
+    filler = " ".join(FILLER[i % len(FILLER)] for i in range(filler_words))
+    prefix = filler + "\n" if filler else ""
+    turns = []
+    for k in range(tool_turns):
+        call = calls[k % len(calls)]
+        body = json.dumps({"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
+        turns.append(f"{prefix}<tool_call>\n{body}\n</tool_call>")
+    turns.append(f"{prefix}{answer}")
+    return turns
+
+
+class ScriptedTurns(LogitsProcessor):
+    """Leaves one allowed token per row and step: the next token of the row's script (set by
+    :class:`ScriptedGenerate` before each ``generate`` call); past the script's end, eos."""
+
+    def __init__(self) -> None:
+        self.script: torch.Tensor | None = None  # [B, W] token ids, eos-padded
+        self.start = 0
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        position = min(input_ids.shape[1] - self.start, self.script.shape[1] - 1)
+        forced = torch.full_like(scores, float("-inf"))
+        forced.scatter_(1, self.script[:, position : position + 1], 0.0)
+        return forced
+
+
+class ScriptedGenerate:
+    """Replaces ``model.generate`` (instance attribute) so that every call is scripted.
+
+    For each row of the batch it finds the task (the context starts with the task's prompt ids)
+    and the turn (two eos per finished model turn + tool turn after the prompt) and forces that
+    turn's token ids followed by eos. Counts prefill (non-pad context) tokens and calls."""
+
+    def __init__(self, model: Any, tokenizer: Any, prompts: list[list[int]], scripts: list[list[list[int]]]):
+        self.model = model
+        self.original = model.generate
+        self.eos = tokenizer.eos_token_id
+        self.prompts = {}
+        for index, prompt in enumerate(prompts):
+            self.prompts.setdefault(len(prompt), {})[tuple(prompt)] = index
+        self.prompt_eos = [prompt.count(self.eos) for prompt in prompts]
+        self.scripts = scripts  # task -> turn -> ids (eos included)
+        self.processor = ScriptedTurns()
+        self.prefill_tokens = 0
+        self.calls = 0
+
+    def lookup(self, context: list[int]) -> list[int]:
+        for length, table in self.prompts.items():
+            task = table.get(tuple(context[:length]))
+            if task is not None:
+                turn = (context.count(self.eos) - self.prompt_eos[task]) // 2
+                return self.scripts[task][turn]
+        raise KeyError("scripted rollout: a context that starts with no known prompt")
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: Any, **kw):
+        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids.cpu(), attention_mask.cpu())]
+        scripts = [self.lookup(row) for row in rows]
+        width = max(len(s) for s in scripts)
+        table = torch.full((len(scripts), width), self.eos, dtype=torch.long)
+        for i, script in enumerate(scripts):
+            table[i, : len(script)] = torch.tensor(script)
+        self.processor.script = table.to(input_ids.device)
+        self.processor.start = input_ids.shape[1]
+        self.prefill_tokens += int(attention_mask.sum())
+        self.calls += 1
+        return self.original(input_ids=input_ids, attention_mask=attention_mask,
+                             generation_config=generation_config,
+                             logits_processor=LogitsProcessorList([self.processor]), **kw)
+
+    def __enter__(self) -> "ScriptedGenerate":
+        self.model.generate = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.model.generate  # back to the class's method
+
+
+# ------------------------------------------------------------------------------------ naive loop
+
+
+def naive_rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: Any, max_tool_turns: int,
+                  max_new_tokens: int) -> list[dict]:
+    """One trajectory at a time: generate a turn on its own context, parse, call tools, append.
+
+    The token protocol is the one ``rollout`` documents (turn ends at eos; calls parsed by TRL's
+    ``parse_response`` with the registry's schemas; tool turn ids from the chat template)."""
+    from trl.chat_template_utils import parse_response
+
+    from minimind_trl.envs.rollout import prompt_ids_for, task_messages, tool_turn_ids
+
+    config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id, use_cache=True, do_sample=False)
+    schemas = registry.schemas()
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    out = []
+    with torch.no_grad():
+        for task in tasks:
+            messages, tools = task_messages(task)
+            prompt = prompt_ids_for(tokenizer, messages, tools)
+            completion: list[int] = []
+            action: list[int] = []
+            for turn in range(max_tool_turns + 1):
+                context = prompt + completion
+                ids = torch.tensor([context], device=device)
+                new = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                     generation_config=config)[0, len(context):].tolist()
+                if eos in new:
+                    new = new[: new.index(eos) + 1]
+                completion += new
+                action += [1] * len(new)
+                if not new or new[-1] != eos:
+                    break
+                message = parse_response(tokenizer, new, prefix=context, tools=schemas)
+                calls = [c.get("function", c) for c in message.get("tool_calls") or []]
+                if not calls or turn >= max_tool_turns:
+                    break
+                observations = [registry.call(c["name"], c["arguments"]) for c in calls]
+                suffix = tool_turn_ids(tokenizer, [c["name"] for c in calls], observations)
+                completion += suffix
+                action += [0] * len(suffix)
+            out.append({"completion_ids": completion, "action_mask": action})
+    return out
+
+
+# ------------------------------------------------------------------------------------ benchmark
+
+
+def run_case(kind: str, model: Any, tokenizer: Any, tasks: list[dict], registry: Any, scripts: Any,
+             prompts: list[list[int]], tool_turns: int, batch_size: int, max_new_tokens: int,
+             device: torch.device, n_params: int) -> tuple[dict[str, Any], list[list[int]]]:
+    """One timed rollout (batched ``rollout`` or the naive loop) of all ``tasks``."""
+    from minimind_trl.envs.rollout import rollout
+
+    with ScriptedGenerate(model, tokenizer, prompts, scripts) as scripted, PeakMemory(device) as memory:
+        sync(device)
+        start = time.perf_counter()
+        if kind == "batched":
+            trajectories = rollout(model, tokenizer, tasks, registry, max_tool_turns=tool_turns,
+                                   max_new_tokens=max_new_tokens, batch_size=batch_size, progress=False)
+            rows = [{"completion_ids": t.completion_ids, "action_mask": t.action_mask,
+                     "n_turns": t.n_turns, "finished": t.finished, "valid_calls": t.valid_calls}
+                    for t in trajectories]
+        else:
+            rows = naive_rollout(model, tokenizer, tasks, registry, tool_turns, max_new_tokens)
+        sync(device)
+        seconds = time.perf_counter() - start
+    generated = sum(sum(r["action_mask"]) for r in rows)
+    expected_generated = sum(len(ids) for task_scripts in scripts for ids in task_scripts)
+    result = {
+        "kind": kind,
+        "batch_size": batch_size if kind == "batched" else 1,
+        "tool_turns": tool_turns,
+        "trajectories": len(rows),
+        "seconds": seconds,
+        "trajectories_per_s": len(rows) / seconds,
+        "generated_tokens": generated,
+        "generated_tokens_per_s": generated / seconds,
+        "prefill_tokens": scripted.prefill_tokens,
+        "generate_calls": scripted.calls,
+        "achieved_flops_per_s": 2.0 * n_params * (scripted.prefill_tokens + generated) / seconds,
+        "decode_flops_per_s": 2.0 * n_params * generated / seconds,
+        "scripted_tokens_generated": generated == expected_generated,
+        "memory": memory.as_dict(),
+    }
+    if kind == "batched":
+        result["all_finished"] = all(r["finished"] and r["n_turns"] == tool_turns + 1 for r in rows)
+        result["valid_calls_per_trajectory"] = sum(r["valid_calls"] for r in rows) / len(rows)
+    return result, [r["completion_ids"] for r in rows]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = common_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="auto", choices=["auto", *PRESETS],
+                        help="MiniMind size (random weights); auto = demo on CPU, minimind-3 on GPU")
+    parser.add_argument("--batch-sizes", type=int_list, default=[1, 8, 32], help="rollout batch sizes")
+    parser.add_argument("--tool-turns", type=int_list, default=[0, 1, 3], help="tool turns per trajectory")
+    parser.add_argument("--num-tasks", type=int, default=None,
+                        help="trajectories per measurement (default: the largest batch size)")
+    parser.add_argument("--naive-tasks", type=int, default=None,
+                        help="trajectories the naive loop runs (a prefix of the same tasks; default all)")
+    parser.add_argument("--filler-words", type=int, default=0, help="plain words before each turn's text")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="per-turn budget")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per case (best kept)")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up rollout")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.preset, args.batch_sizes, args.tool_turns = "tiny", [2], [1]
+        args.num_tasks, args.naive_tasks, args.max_new_tokens, args.no_warmup = 2, 1, 128, True
+    device, dtype = setup(args)
+    preset = args.preset if args.preset != "auto" else ("minimind-3" if device.type == "cuda" else "demo")
+
+    from minimind_trl.data import generate_tasks
+    from minimind_trl.envs.rollout import prompt_ids_for, task_messages
+    from minimind_trl.envs.tools import default_registry
+    from minimind_trl.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    registry = default_registry()
+    model, model_info = build_model(preset, device, dtype, seed=args.seed)
+    n_params = model_info["active_parameters"]
+    num_tasks = args.num_tasks or max(args.batch_sizes)
+    tasks = generate_tasks(num_tasks, args.seed)
+    naive_tasks = tasks[: args.naive_tasks or num_tasks]
+    prompts = [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
+    eos = tokenizer.eos_token_id
+
+    def scripts_for(turns: int) -> list[list[list[int]]]:
+        out = []
+        for task in tasks:
+            texts = turn_scripts(task, registry, turns, args.filler_words)
+            out.append([tokenizer(text, add_special_tokens=False)["input_ids"] + [eos] for text in texts])
+        longest = max(len(ids) for task_scripts in out for ids in task_scripts)
+        if longest > args.max_new_tokens:
+            raise SystemExit(f"a scripted turn has {longest} tokens > --max-new-tokens {args.max_new_tokens}")
+        return out
+
+    print(f"rollout benchmark: {preset} ({n_params:,} parameters, {model_info['dtype']}) on {device}, "
+          f"{num_tasks} tasks (naive loop: {len(naive_tasks)})")
+    if not args.no_warmup:
+        scripts = scripts_for(1)
+        run_case("batched", model, tokenizer, tasks[: max(args.batch_sizes)], registry, scripts, prompts, 1,
+                 max(args.batch_sizes), args.max_new_tokens, device, n_params)
+
+    results: list[dict[str, Any]] = []
+    for turns in args.tool_turns:
+        scripts = scripts_for(turns)
+        naive_scripts = scripts[: len(naive_tasks)]
+        naive, naive_ids = min(
+            (run_case("naive", model, tokenizer, naive_tasks, registry, naive_scripts, prompts[: len(naive_tasks)],
+                      turns, 1, args.max_new_tokens, device, n_params) for _ in range(args.repeats)),
+            key=lambda pair: pair[0]["seconds"])
+        naive["speedup_vs_naive"] = 1.0
+        results.append(naive)
+        for batch in args.batch_sizes:
+            best, ids = min(
+                (run_case("batched", model, tokenizer, tasks, registry, scripts, prompts, turns, batch,
+                          args.max_new_tokens, device, n_params) for _ in range(args.repeats)),
+                key=lambda pair: pair[0]["seconds"])
+            best["speedup_vs_naive"] = best["trajectories_per_s"] / naive["trajectories_per_s"]
+            best["identical_to_naive"] = ids[: len(naive_ids)] == naive_ids
+            results.append(best)
+
+    rows = [[r["kind"], r["tool_turns"], r["batch_size"], r["trajectories"], r["seconds"],
+             r["trajectories_per_s"], r["generated_tokens_per_s"], r["speedup_vs_naive"],
+             r.get("identical_to_naive", "-"), r["memory"]["peak_mib"],
+             r["achieved_flops_per_s"] / 1e9] for r in results]
+    print_table("Rollout throughput (scripted turns; speed-up = trajectories/s over the naive loop)",
+                ["loop", "tool turns", "batch", "traj", "seconds", "traj/s", "gen tok/s", "speed-up",
+                 "identical", "peak MiB", "GFLOP/s"], rows)
+
+    targets = []
+    at_target = [r for r in results if r["kind"] == "batched" and r["batch_size"] == TARGET_BATCH]
+    for r in at_target:
+        targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}, {r['tool_turns']} tool turns",
+                        "measured": f"{r['speedup_vs_naive']:.2f}x", "target": f">= {TARGET_SPEEDUP:g}x",
+                        "pass": r["speedup_vs_naive"] >= TARGET_SPEEDUP})
+    if not at_target:
+        targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}", "measured": "not measured",
+                        "target": f">= {TARGET_SPEEDUP:g}x", "pass": None})
+    checks_ok = all(r["scripted_tokens_generated"] for r in results if r["trajectories"] == num_tasks) and all(
+        r.get("identical_to_naive", True) and r.get("all_finished", True) for r in results)
+    targets.append({"name": "scripted trajectories complete and identical to the naive loop",
+                    "measured": str(checks_ok), "target": "True", "pass": checks_ok})
+    print_targets(targets)
+
+    payload = {
+        "benchmark": "rollout",
+        "what": "multi-turn tool rollout with scripted (forced) turns; see the module docstring",
+        "quick": args.quick,
+        "environment": environment(device),
+        "model": model_info,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("output",)},
+        "results": results,
+        "targets": targets,
+    }
+    write_json(args.output, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

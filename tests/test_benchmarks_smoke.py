@@ -1,0 +1,58 @@
+"""Each benchmark script runs with ``--quick`` and writes valid JSON (not a measurement).
+
+The four scripts run in one child process (one import of torch/transformers/TRL, and the
+benchmarks' thread settings stay out of the test process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+SCRIPTS = ("rollout", "update", "mfu", "step_breakdown")
+
+DRIVER = """
+import contextlib, io, sys
+sys.path.insert(0, sys.argv[1])
+out = sys.argv[2]
+for name in sys.argv[3:]:
+    module = __import__(name)
+    with contextlib.redirect_stdout(io.StringIO()):
+        module.main(["--quick", "--output", f"{out}/{name}.json"])
+"""
+
+
+@pytest.mark.skipif(not BENCHMARKS.is_dir(), reason="no benchmarks/ folder")
+def test_benchmarks_quick_write_json(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TRL_EXPERIMENTAL_SILENCE": "1",
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(BENCHMARKS), str(tmp_path), *SCRIPTS],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    results = {name: json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in SCRIPTS}
+    for name, payload in results.items():
+        assert payload["benchmark"] == name and payload["quick"] is True
+
+    rollout = results["rollout"]["results"]
+    assert {r["kind"] for r in rollout} == {"naive", "batched"}
+    assert all(r["trajectories_per_s"] > 0 and r["generated_tokens"] > 0 for r in rollout)
+    assert all(r["identical_to_naive"] and r["all_finished"] for r in rollout if r["kind"] == "batched")
+
+    update = results["update"]
+    assert {"replay", "update", "optimizer", "step"} <= set(update["phases"])
+    assert update["loss_comparison"]["loss_abs_diff"] <= 1e-6  # grpo: same value as TRL's stock loss
+    assert update["grid"]["points"] and "update_s_vs_tokens" in update["grid"]["fits"]
+
+    mfu = results["mfu"]
+    assert mfu["matmul_peak"]["main"]["peak_flops_per_s"] > 0
+    assert mfu["update"]["mfu"] > 0 and mfu["rollout"]["mfu"] > 0
+
+    breakdown = results["step_breakdown"]
+    assert breakdown["steps"] and not breakdown["missing_timing_fields"]
+    assert all(step["measured"] > 0 for step in breakdown["steps"])
