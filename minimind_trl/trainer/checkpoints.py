@@ -1,0 +1,102 @@
+"""Atomic Trainer checkpoints that also hold the GRPO rollout buffer.
+
+HF's ``Trainer._save_checkpoint`` writes ``checkpoint-N`` in place, so a kill mid-save leaves a
+half-written folder that ``get_last_checkpoint`` would pick. Here the whole checkpoint (HF's
+files plus one ``rollout_state_{rank}.pt`` per process) is written under
+``.staging-checkpoint-N/`` (``_get_output_dir`` points there while saving), every file is
+fsynced, and only then renamed to ``checkpoint-N``: the previous checkpoint stays the newest
+complete one until the rename. The rollout state (TRL's buffered micro-batches with their frozen
+old log-probs, its micro-step counter and the rollout's figures) makes a resume in the middle of
+a rollout replay exactly the updates an uninterrupted run would take.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import torch
+from transformers.trainer_utils import rotate_checkpoints
+
+ROLLOUT_STATE = "rollout_state_{rank}.pt"
+
+
+class AtomicCheckpointMixin:
+    """Mix into a GRPOTrainer subclass (before it in the bases)."""
+
+    _staging_root: str | None = None
+
+    def _get_output_dir(self, trial) -> str:
+        return self._staging_root if self._staging_root is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = super()._get_output_dir(trial)
+        name = f"checkpoint-{self.state.global_step}"
+        staging = os.path.join(run_dir, f".staging-{name}")
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self._staging_root = staging
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_root = None
+        self._save_rollout_state(os.path.join(staging, name))
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            commit_folder(os.path.join(staging, name), os.path.join(run_dir, name))
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(run_dir, save_total_limit=self.args.save_total_limit)
+        self.accelerator.wait_for_everyone()
+
+    def _save_rollout_state(self, folder: str) -> None:
+        """This process's rollout buffer, micro-step counter and rollout figures."""
+        os.makedirs(folder, exist_ok=True)
+        buffered = None
+        if self._buffered_inputs is not None:
+            buffered = [
+                {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                for batch in self._buffered_inputs
+            ]
+        state = {"step": self._step, "buffered_inputs": buffered, "rollout_stats": self._rollout_stats}
+        path = os.path.join(folder, ROLLOUT_STATE.format(rank=self.accelerator.process_index))
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, ROLLOUT_STATE.format(rank=self.accelerator.process_index))
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: checkpoint has no rollout state for this process (world size changed?)")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        device = self.accelerator.device
+        self._step = state["step"]
+        self._rollout_stats = state["rollout_stats"]
+        if state["buffered_inputs"] is not None:
+            self._buffered_inputs = [
+                {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                for batch in state["buffered_inputs"]
+            ]
+
+
+def commit_folder(staged: str, final: str) -> None:
+    """fsync every file of ``staged``, then move it to ``final`` (replacing an older one)."""
+    for root, _, files in os.walk(staged):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+    if os.path.exists(final):
+        old = final + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(staged, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, final)
+    directory = os.open(os.path.dirname(final) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

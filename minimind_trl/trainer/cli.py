@@ -1,0 +1,114 @@
+"""``minimind-trl train RECIPE.yaml --output-dir DIR [--set key=value ...] [--resume]``.
+
+The same entry runs under ``python -m``, ``accelerate launch`` and ``torchrun``: every process
+builds the same objects; only the main process touches the run folder's bookkeeping files.
+Exit codes: 0 completed, 2 bad recipe / run folder, 3 stopped on a non-finite value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
+from minimind_trl.trainer.run import RunFolderError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="minimind-trl train",
+        description="Train a recipe (GRPO or SFT) into a run folder; see docs/recipes.md.",
+        epilog="Exit codes: 0 completed, 2 bad recipe or run folder, 3 stopped on a non-finite value.",
+    )
+    parser.add_argument("recipe", help="recipe YAML (see docs/recipes.md)")
+    parser.add_argument("--output-dir", required=True, help="run folder (must be new or empty unless --resume)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a recipe key, e.g. --set objective.preset=cispo (repeatable)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its last checkpoint")
+    return parser
+
+
+def _on_main(state, func: Callable[[], Any]) -> Any:
+    """Run ``func`` on the main process and share its result (or its error) with every process."""
+    from accelerate.utils import broadcast_object_list
+
+    payload: list[Any] = [None]
+    if state.is_main_process:
+        try:
+            payload[0] = ("ok", func())
+        except (RecipeError, RunFolderError, FileNotFoundError) as exc:
+            payload[0] = ("error", f"{type(exc).__name__}: {exc}")
+    if state.num_processes > 1:
+        broadcast_object_list(payload)
+    status, value = payload[0]
+    if status == "error":
+        raise RunFolderError(value)
+    return value
+
+
+def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
+    """Build everything from a resolved recipe and run it in ``run_dir`` (see module docstring)."""
+    from accelerate import PartialState
+    from transformers import set_seed
+
+    from minimind_trl.trainer import build, run
+
+    config = build.training_config(recipe, run_dir)  # sets up the process group first
+    state = PartialState()
+    resume_from = _on_main(state, lambda: run.prepare_run_dir(run_dir, resume))
+    set_seed(recipe["seed"])
+    tokenizer = build.build_tokenizer(recipe["tokenizer"])
+    model = build.build_model(recipe["model"])
+    rows, data_info = build.load_split(recipe["data"])
+    initial = Path(run_dir) / run.INITIAL_MODEL
+    if state.is_main_process and not initial.is_dir():
+        run.save_initial_model(model, initial)
+    state.wait_for_everyone()
+    model.config._name_or_path = model.name_or_path = str(initial)
+    trainer = build.build_trainer(recipe, config, model, tokenizer, rows)
+    manifest = {
+        "kind": recipe["kind"],
+        "command": command,
+        "recipe": recipe,
+        "recipe_sha256": recipe_sha256(recipe),
+        "training_args": json.loads(trainer.args.to_json_string()),
+        "objective": trainer.args.objective_dict() if recipe["kind"] == "grpo" else None,
+        "versions": run.package_versions(),
+        "git": run.git_state(),
+        "data": data_info,
+        "initial_model": {"path": str(initial), "num_parameters": sum(p.numel() for p in model.parameters())},
+        "seed": recipe["seed"],
+        "world_size": state.num_processes,
+    }
+    _on_main(state, lambda: run.write_manifest(run_dir, manifest, resume_from))
+    return run.run_training(trainer, run_dir, resume_from)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        recipe = load_recipe(args.recipe, args.overrides)
+    except (RecipeError, FileNotFoundError) as exc:
+        print(f"minimind-trl train: {exc}", file=sys.stderr)
+        return 2
+    from minimind_trl.trainer.grpo_trainer import NonFiniteError
+
+    try:
+        command = ["minimind-trl", "train", *(argv if argv is not None else sys.argv[1:])]
+        train(recipe, args.output_dir, args.resume, command)
+    except (RecipeError, RunFolderError) as exc:
+        print(f"minimind-trl train: {exc}", file=sys.stderr)
+        return 2
+    except NonFiniteError as exc:
+        print(f"minimind-trl train: run stopped: {exc} State saved; see {args.output_dir}/status.json.",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

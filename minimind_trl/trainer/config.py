@@ -1,0 +1,146 @@
+"""`MiniMindGRPOConfig`: TRL's `GRPOConfig` plus the objective and run-discipline fields.
+
+The objective fields select a :class:`minimind_trl.objectives.ObjectiveConfig`; TRL's own loss
+options (`loss_type`, `scale_rewards`, `importance_sampling_level`, ...) are not used by
+:class:`~minimind_trl.trainer.grpo_trainer.MiniMindGRPOTrainer` and must stay at their defaults,
+so that a recipe can never believe it changed the loss when it did not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from minimind_trl.objectives import ObjectiveConfig
+
+# TRL options our trainer replaces or does not support: name -> (TRL default, what to use instead).
+_TRL_OPTIONS_REPLACED: dict[str, tuple[object, str]] = {
+    "loss_type": ("dapo", "`objective` / `policy` / `reduction`"),
+    "scale_rewards": ("group", "`advantage` ('zscore' or 'center')"),
+    "importance_sampling_level": ("token", "`objective='gspo'` (sequence-level ratio)"),
+    "multi_objective_aggregation": ("sum_then_normalize", "weighted reward sum (`reward_weights`)"),
+    "top_entropy_quantile": (1.0, "nothing (not supported)"),
+    "off_policy_mask_threshold": (None, "nothing (not supported)"),
+    "delta": (None, "nothing (not supported)"),
+    "entropy_coef": (0.0, "nothing (not supported)"),
+    "use_adaptive_entropy": (False, "nothing (not supported)"),
+    "use_vllm": (False, "transformers generation (vLLM is not supported)"),
+}
+_TRL_DEFAULT_EPSILON = 0.2
+
+
+@dataclass
+class MiniMindGRPOConfig(GRPOConfig):
+    r"""Configuration of :class:`~minimind_trl.trainer.grpo_trainer.MiniMindGRPOTrainer`.
+
+    Everything of [`trl.GRPOConfig`] / [`transformers.TrainingArguments`] applies, plus the fields
+    below. The objective fields left at `None` take the value of the `objective` preset
+    (:data:`minimind_trl.objectives.PRESETS`); the resolved values are written back, so the saved
+    config shows what was actually optimised.
+
+    Parameters:
+        > Objective (see `docs/objectives.md`)
+
+        objective (`str`, defaults to `"grpo"`):
+            Preset name: `"grpo"` (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300), `"cispo"`
+            (MiniMax-M1, arXiv:2506.13585), `"dr_grpo"` (Liu et al. 2025, arXiv:2503.20783) or
+            `"gspo"` (Zheng et al. 2025, arXiv:2507.18071).
+        policy (`str`, *optional*):
+            Policy term: `"clip"`, `"cispo"`, `"gspo"` or a registered plugin objective.
+        advantage (`str`, *optional*):
+            `"zscore"` (reward minus group mean over unbiased group std + 1e-4, GRPO) or `"center"`
+            (reward minus group mean, Dr.GRPO).
+        reduction (`str`, *optional*):
+            `"seq_mean"` (GRPO), `"fixed_length"` (Dr.GRPO, divides by `fixed_length`),
+            `"token_mean"` (DAPO-style) or `"sequence"` (GSPO).
+        epsilon_low (`float`, *optional*):
+            Lower clip range, ratios below `1 - epsilon_low` are clipped (PPO, Schulman et al. 2017).
+            TRL's `epsilon` is the same quantity: it is overwritten with the resolved value; set
+            `epsilon_low` rather than `epsilon` (a non-default `epsilon` raises).
+        epsilon_high (`float`, *optional*):
+            TRL's field, reused: upper clip range (DAPO, Yu et al. 2025). `None` takes the preset's
+            value (0.2 for GRPO / Dr.GRPO, 4e-4 for GSPO). Not CISPO's cap: see `cispo_max`.
+        cispo_max (`float`, *optional*):
+            Absolute cap on CISPO's stop-gradient importance weight (preset: 5.0).
+        fixed_length (`int`, *optional*):
+            The constant L of the `"fixed_length"` reduction (Dr.GRPO preset: 768).
+        beta (`float`, defaults to `0.0`):
+            TRL's field, reused: weight of the k3 reference KL, a token mean over all action tokens.
+            TRL's `use_bias_correction_kl` does not apply (no importance weight on the KL).
+
+        > Fixed-K replay
+
+        num_iterations (`int`, defaults to `4`):
+            K, the number of optimizer steps taken on every rollout (TRL's μ). The old log-probs
+            are computed once per rollout, before the first of the K updates, by the not yet
+            updated policy, micro-batch by micro-batch exactly as the updates slice the rollout.
+            `steps_per_generation` must equal `gradient_accumulation_steps` (TRL's default), so
+            that each optimizer step sees the whole rollout once.
+
+        > Run discipline and diagnostics
+
+        logging_steps (`int`, defaults to `1`):
+            Must be 1: `metrics.jsonl` and the reporters get one record per optimizer step.
+        metrics_file (`str`, defaults to `"metrics.jsonl"`):
+            File name, inside `output_dir`, of the per-step diagnostics (see `docs/recipes.md`).
+        moe_diagnostics (`bool`, defaults to `True`):
+            For Mixture-of-Experts models, record per-layer expert loads, router entropy, aux loss
+            and the routing flip rate between the old-log-prob pass and the update pass.
+    """
+
+    objective: str = field(default="grpo", metadata={"help": "Objective preset: grpo, cispo, dr_grpo or gspo."})
+    policy: str | None = field(default=None, metadata={"help": "Policy term override (clip, cispo, gspo)."})
+    advantage: str | None = field(default=None, metadata={"help": "Advantage override (zscore, center)."})
+    reduction: str | None = field(
+        default=None, metadata={"help": "Reduction override (seq_mean, fixed_length, token_mean, sequence)."}
+    )
+    epsilon_low: float | None = field(default=None, metadata={"help": "Lower clip range (overrides the preset)."})
+    cispo_max: float | None = field(default=None, metadata={"help": "CISPO importance-weight cap (preset 5.0)."})
+    fixed_length: int | None = field(default=None, metadata={"help": "L of the fixed_length reduction."})
+    num_iterations: int = field(default=4, metadata={"help": "K: optimizer steps per rollout on frozen old log-probs."})
+    logging_steps: float = field(default=1, metadata={"help": "Must be 1 (one metrics record per optimizer step)."})
+    metrics_file: str = field(default="metrics.jsonl", metadata={"help": "Per-step diagnostics file in output_dir."})
+    moe_diagnostics: bool = field(default=True, metadata={"help": "Per-layer MoE router diagnostics."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name, (default, instead) in _TRL_OPTIONS_REPLACED.items():
+            if getattr(self, name) != default:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is a TRL loss option that MiniMindGRPOTrainer does not use; "
+                    f"leave it at {default!r} and use {instead}"
+                )
+        if self.logging_strategy != "steps" or self.logging_steps != 1:
+            raise ValueError(
+                "logging_strategy must be 'steps' and logging_steps 1 (one metrics.jsonl record per optimizer "
+                f"step), got {self.logging_strategy!r} / {self.logging_steps}"
+            )
+        if self.steps_per_generation != self.gradient_accumulation_steps:
+            raise ValueError(
+                f"steps_per_generation ({self.steps_per_generation}) must equal gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}): each optimizer step uses the whole rollout once"
+            )
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations (K) must be >= 1, got {self.num_iterations}")
+        if self.epsilon_low is None and self.epsilon != _TRL_DEFAULT_EPSILON:
+            raise ValueError(f"set epsilon_low instead of TRL's epsilon (got epsilon={self.epsilon})")
+        resolved = self.objective_config()
+        self.epsilon_low = self.epsilon = resolved.epsilon_low
+        self.epsilon_high = resolved.epsilon_high
+        self.policy, self.advantage, self.reduction = resolved.policy, resolved.advantage, resolved.reduction
+        self.cispo_max, self.fixed_length = resolved.cispo_max, resolved.fixed_length
+
+    def objective_config(self) -> ObjectiveConfig:
+        """The :class:`ObjectiveConfig` these fields select: the preset, then the non-None overrides."""
+        overrides = {
+            name: getattr(self, name)
+            for name in ("policy", "advantage", "reduction", "epsilon_low", "epsilon_high", "cispo_max", "fixed_length")
+            if getattr(self, name) is not None
+        }
+        return ObjectiveConfig.preset(self.objective, beta=self.beta, **overrides)
+
+    def objective_dict(self) -> dict:
+        """The resolved objective as a plain dict (for manifests)."""
+        return {"preset": self.objective, **dataclasses.asdict(self.objective_config())}

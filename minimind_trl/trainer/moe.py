@@ -1,0 +1,153 @@
+"""Mixture-of-Experts router diagnostics: capture router logits, turn them into summable counts.
+
+The router modules are found the way transformers itself records ``router_logits``: through the
+model class's ``_can_record_outputs["router_logits"]`` (an ``OutputRecorder`` naming the router
+class and which output holds the logits). Forward hooks record only inside :meth:`capture`, so
+generation, the reference model and gradient-checkpoint recomputation leave no trace.
+
+Per layer, over the attended tokens of the update pass (what the aux loss sees):
+
+* ``load``     fraction of (token, slot) assignments per expert (sums to 1)
+* ``imbalance`` max load / mean load (1 = perfectly balanced)
+* ``entropy``   mean over tokens of the router distribution's entropy (nats)
+* ``aux``       E * sum_e assign_e / tokens * mean_tokens(p_e) (upstream formula without its coef)
+* ``flip_rate`` over action-scoring positions (the positions whose hidden state scores an action
+  token): share whose top-k expert set differs between the old-log-prob pass and the update pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+def _router_spec(model: nn.Module) -> tuple[type, int] | None:
+    """(router module class, index of the logits in its output), or None for a dense model."""
+    for candidate in (model, getattr(model, "base_model", None)):
+        recorders = getattr(type(candidate), "_can_record_outputs", None) or {}
+        spec = recorders.get("router_logits")
+        if spec is None:
+            continue
+        if isinstance(spec, type):
+            return spec, 0
+        target = getattr(spec, "target_class", None)
+        if target is not None:
+            return target, getattr(spec, "index", 0) or 0
+    return None
+
+
+class RouterRecorder:
+    """Forward hooks on every router module of ``model``; records logits only inside :meth:`capture`."""
+
+    def __init__(self, model: nn.Module, router_class: type, index: int, top_k: int, num_experts: int):
+        self.top_k, self.num_experts, self._index = top_k, num_experts, index
+        self._active: list[torch.Tensor] | None = None
+        self.routers = [m for m in model.modules() if isinstance(m, router_class)]
+        self._handles = [m.register_forward_hook(self._hook) for m in self.routers]
+
+    @classmethod
+    def for_model(cls, model: nn.Module) -> "RouterRecorder | None":
+        """A recorder for an MoE model, or None when the model has no router."""
+        spec = _router_spec(model)
+        if spec is None:
+            return None
+        config = model.config.get_text_config()
+        num_experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+        top_k = getattr(config, "num_experts_per_tok", None)
+        if not num_experts or not top_k:
+            return None
+        recorder = cls(model, spec[0], spec[1], int(top_k), int(num_experts))
+        return recorder if recorder.routers else None
+
+    def _hook(self, module: nn.Module, args, output) -> None:
+        if self._active is None:
+            return
+        logits = output[self._index] if isinstance(output, (tuple, list)) else output
+        self._active.append(logits.detach().float())
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[list[torch.Tensor]]:
+        """Yields the list that fills with one ``[tokens, E]`` logits tensor per layer."""
+        captured: list[torch.Tensor] = []
+        self._active = captured
+        try:
+            yield captured
+        finally:
+            self._active = None
+
+    def topk(self, logits: list[torch.Tensor], batch: int, length: int) -> torch.Tensor:
+        """Sorted top-k expert ids per layer and position: ``[layers, B, L, k]`` (uint8)."""
+        ids = [lg.view(batch, length, -1).topk(self.top_k, dim=-1).indices.sort(dim=-1).values for lg in logits]
+        return torch.stack(ids).to(torch.uint8)
+
+    def counts(
+        self,
+        logits: list[torch.Tensor],
+        attention_mask: torch.Tensor,
+        action_positions: torch.Tensor,
+        old_topk: torch.Tensor | None,
+    ) -> dict[str, torch.Tensor]:
+        """Summable per-layer counts (0-d tensors) for one forward pass (see :func:`finalize_counts`).
+
+        Args: logits per layer ``[B*L, E]``; attention_mask ``[B, L]``; action_positions ``[B, L]``
+        bool (positions scoring an action token); old_topk ``[layers, B, L, k]`` or None.
+        """
+        batch, length = attention_mask.shape
+        attended = attention_mask.bool().reshape(-1)  # [B*L]
+        new_topk = self.topk(logits, batch, length) if old_topk is not None else None
+        out: dict[str, torch.Tensor] = {}
+        for layer, layer_logits in enumerate(logits):
+            probs = layer_logits[attended].softmax(dim=-1)  # [N, E]
+            chosen = probs.topk(self.top_k, dim=-1).indices  # [N, k]
+            assign = torch.bincount(chosen.reshape(-1), minlength=self.num_experts).double()  # [E]
+            prob_sum = probs.double().sum(dim=0)  # [E]
+            entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)  # [N]
+            prefix = f"moe.{layer}."
+            out[prefix + "tokens"] = torch.tensor(float(probs.shape[0]), dtype=torch.float64)
+            out[prefix + "entropy_sum"] = entropy.double().sum()
+            for e in range(self.num_experts):
+                out[f"{prefix}assign.{e}"] = assign[e]
+                out[f"{prefix}prob_sum.{e}"] = prob_sum[e]
+            if new_topk is not None:
+                differs = (new_topk[layer] != old_topk[layer].to(new_topk.device)).any(dim=-1)  # [B, L]
+                out[prefix + "flips"] = (differs & action_positions).sum().double()
+                out[prefix + "flip_tokens"] = action_positions.sum().double()
+        return out
+
+
+def finalize_counts(sums: dict[str, float], num_experts: int) -> dict[str, object]:
+    """Per-layer figures from counts summed over micro-batches and processes.
+
+    Returns keys ``moe/layer{i}/load`` (list of E floats), ``.../imbalance``, ``.../router_entropy``,
+    ``.../aux_loss`` and, when an old pass exists, ``.../flip_rate``; plus ``moe/flip_rate`` (all
+    layers) and ``moe/max_imbalance``.
+    """
+    layers = sorted({int(k.split(".")[1]) for k in sums if k.startswith("moe.")})
+    out: dict[str, object] = {}
+    flips = flip_tokens = 0.0
+    imbalances = []
+    for layer in layers:
+        p = f"moe.{layer}."
+        tokens = max(sums[p + "tokens"], 1.0)
+        assign = [sums[f"{p}assign.{e}"] for e in range(num_experts)]
+        total = max(sum(assign), 1.0)
+        load = [a / total for a in assign]
+        mean_prob = [sums[f"{p}prob_sum.{e}"] / tokens for e in range(num_experts)]
+        q = f"moe/layer{layer}/"
+        out[q + "load"] = load
+        out[q + "imbalance"] = max(load) * num_experts
+        out[q + "router_entropy"] = sums[p + "entropy_sum"] / tokens
+        out[q + "aux_loss"] = num_experts * sum(a / tokens * m for a, m in zip(assign, mean_prob))
+        imbalances.append(out[q + "imbalance"])
+        if p + "flips" in sums:
+            out[q + "flip_rate"] = sums[p + "flips"] / max(sums[p + "flip_tokens"], 1.0)
+            flips += sums[p + "flips"]
+            flip_tokens += sums[p + "flip_tokens"]
+    if layers:
+        out["moe/max_imbalance"] = max(imbalances)
+    if flip_tokens:
+        out["moe/flip_rate"] = flips / flip_tokens
+    return out

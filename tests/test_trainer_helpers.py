@@ -1,0 +1,143 @@
+"""Shared pieces of the trainer / run tests (no tests here): tiny model, tokenizer, scripted rollouts.
+
+The scripted rollout (TRL's ``rollout_func``) makes completions a pure function of (prompt, index
+in its group), so runs that split the same rollout differently (batch size, accumulation,
+processes) see identical data; it also marks some tokens as tool observations (``env_mask``) and
+leaves one row per two groups without any action token.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.tokenization import build_tokenizer, load_tokenizer
+from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
+from minimind_trl.trainer.run import save_initial_model
+
+EOS = 2
+_TOKENIZER_CACHE = Path(os.environ.get("HF_HOME", "/tmp")) / "minimind-trl-test-tokenizer"
+
+
+def tiny_tokenizer():
+    """The shipped tokenizer, or (before it is built) a 512-token one trained on the bundled text."""
+    try:
+        return load_tokenizer()
+    except FileNotFoundError:
+        if (_TOKENIZER_CACHE / "tokenizer.json").is_file():
+            return load_tokenizer(_TOKENIZER_CACHE)
+        corpus = Path(__file__).resolve().parents[1] / "minimind_trl" / "tokenization" / "general_text.txt"
+        build_tokenizer([str(corpus)], str(_TOKENIZER_CACHE), vocab_size=512, overwrite=True)
+        return load_tokenizer(_TOKENIZER_CACHE)
+
+
+def tiny_tokenizer_path() -> str | None:
+    """For recipes: None (the shipped tokenizer) or the fallback tokenizer's folder."""
+    try:
+        load_tokenizer()
+        return None
+    except FileNotFoundError:
+        tiny_tokenizer()
+        return str(_TOKENIZER_CACHE)
+
+
+def tiny_model(seed: int = 0, moe: bool = False) -> MiniMindForCausalLM:
+    torch.manual_seed(seed)
+    return MiniMindForCausalLM(get_preset("tiny-moe" if moe else "tiny"))
+
+
+def saved_tiny_model(folder, seed: int = 0) -> MiniMindForCausalLM:
+    """A tiny model saved as a run's initial model (TRL builds the reference model from its path)."""
+    model = tiny_model(seed)
+    save_initial_model(model, folder)
+    return model
+
+
+def prompt_dataset(n: int = 16) -> Dataset:
+    return Dataset.from_list([{"prompt": f"Question {i}: what is {i} plus {2 * i}?", "gt": [3 * i]} for i in range(n)])
+
+
+def _crc(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+def scripted_completion(prompt: str, index: int) -> tuple[list[int], list[int]]:
+    """(completion ids, env mask) for the ``index``-th completion of ``prompt``."""
+    h = _crc(prompt)
+    length = 4 + (h + 3 * index) % 9
+    ids = [(h * 7 + 13 * index + 5 * t) % 270 + 30 for t in range(length)]
+    if index % 3 != 2:
+        ids.append(EOS)  # others are "truncated"
+    mask = [1] * len(ids)
+    if index == 1:
+        mask[1:3] = [0, 0]  # a tool observation inside the completion
+    if index == 3 and h % 2 == 0:
+        mask = [0] * len(ids)  # a row without any action token
+    return ids, mask
+
+
+def scripted_rollout(prompts: list[str], trainer) -> dict:
+    tokenizer = trainer.processing_class
+    seen: dict[str, int] = {}
+    out = {"prompt_ids": [], "completion_ids": [], "logprobs": None, "env_mask": []}
+    for prompt in prompts:
+        index = seen.get(prompt, 0)
+        seen[prompt] = index + 1
+        ids, mask = scripted_completion(prompt, index)
+        out["prompt_ids"].append(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        out["completion_ids"].append(ids)
+        out["env_mask"].append(mask)
+    return out
+
+
+def id_reward(prompts, completions, completion_ids, **kwargs) -> list[float]:
+    """A reward that varies within groups: a hash of the completion ids."""
+    return [float(sum(ids) % 7) / 7.0 for ids in completion_ids]
+
+
+def text_reward(prompts, completions, **kwargs) -> list[float]:
+    """For sampled text: a hash of the characters (varies within a group)."""
+    return [float(sum(map(ord, str(c))) % 7) / 7.0 for c in completions]
+
+
+def make_config(run_dir, **overrides) -> MiniMindGRPOConfig:
+    """CPU, fp32, no checkpointing; small rollouts (2 prompts x 4 completions)."""
+    values = dict(
+        output_dir=str(run_dir),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        num_iterations=4,
+        max_completion_length=12,
+        max_steps=4,
+        learning_rate=5e-3,
+        lr_scheduler_type="constant",
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    values.update(overrides)
+    return MiniMindGRPOConfig(**values)
+
+
+def make_trainer(run_dir, scripted: bool = True, model=None, reward=None, callbacks=None, **overrides):
+    return MiniMindGRPOTrainer(
+        model=model if model is not None else tiny_model(),
+        reward_funcs=[reward or (id_reward if scripted else text_reward)],
+        args=make_config(run_dir, **overrides),
+        train_dataset=prompt_dataset(),
+        processing_class=tiny_tokenizer(),
+        rollout_func=scripted_rollout if scripted else None,
+        callbacks=callbacks,
+    )
