@@ -124,3 +124,22 @@ def test_sft_recipe_runs_through_the_cli(tmp_path):
     assert (tmp_path / "run" / "final" / "tokenizer.json").is_file()
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["kind"] == "sft" and manifest["objective"] is None and manifest["data"]["rows"] == 6
+
+
+def test_grpo_prompts_offer_exactly_the_tools_of_each_task():
+    """Training prompts keep the task's own tool list (as evaluation renders it), not the registry's."""
+    import json as _json
+
+    from minimind_trl.data import generate_tasks
+    from minimind_trl.envs.rollout import task_messages
+    from minimind_trl.trainer.build import grpo_dataset
+
+    tasks = generate_tasks(6, seed=3)
+    dataset = grpo_dataset(tasks, thinking_ratio=0.0, seed=0)
+    for task, row in zip(tasks, dataset):
+        prompt = row["prompt"]
+        assert [m["role"] for m in prompt] == ["system", "user"]  # placeholder assistant turn dropped
+        _, tools = task_messages({"conversations": prompt})
+        expected = [t["function"]["name"] for t in _json.loads(task["conversations"][0]["tools"])]
+        assert [t["function"]["name"] for t in tools] == expected
+        assert _json.loads(row["gt"]) == task["gt"]

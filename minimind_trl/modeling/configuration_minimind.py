@@ -88,6 +88,9 @@ class MiniMindConfig(PreTrainedConfig):
     base_model_tp_plan = Qwen3MoeConfig.base_model_tp_plan
     base_model_ep_plan = Qwen3MoeConfig.base_model_ep_plan
     base_model_pp_plan = Qwen3MoeConfig.base_model_pp_plan
+    # Remote-code loaders (TRL's reference-model builder) read `config.auto_map` unguarded; only a
+    # `save_for_hub(format="minimind")` folder sets a real one.
+    auto_map = None
 
     # Fixed for MiniMind; read by the reused Qwen3 / Qwen3-MoE modules (class constants, not saved).
     attention_bias = False

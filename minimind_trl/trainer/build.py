@@ -70,34 +70,32 @@ def load_split(spec: dict) -> tuple[list[dict], dict[str, Any]]:
 def grpo_dataset(rows: list[dict], thinking_ratio: float, seed: int) -> Dataset:
     """Task rows -> TRL prompt rows: ``prompt`` (messages), ``gt`` (JSON list), ``id``, ``open_thinking``."""
     from minimind_trl.envs.environment import with_open_thinking
-    from minimind_trl.envs.rollout import task_messages
 
     out = []
     for i, row in enumerate(rows):
         if "conversations" not in row or "gt" not in row:
             raise RecipeError(f"data row {i} ({row.get('id')}): a GRPO task row needs 'conversations' and 'gt'")
-        messages, _ = task_messages(row)  # the environment renders its registry's tool schemas
-        out.append({"prompt": messages, "gt": json.dumps(row["gt"], ensure_ascii=False), "id": str(row.get("id", i))})
+        # The prompt keeps the system turn's `tools` JSON string: training renders exactly the tools
+        # the task offers, as evaluation does (the environment falls back to all registry tools
+        # only for a prompt without one).
+        prompt = [{k: v for k, v in m.items() if v is not None} for m in row["conversations"]]
+        if prompt and prompt[-1].get("role") == "assistant" and not prompt[-1].get("content"):
+            prompt = prompt[:-1]
+        out.append({"prompt": prompt, "gt": json.dumps(row["gt"], ensure_ascii=False), "id": str(row.get("id", i))})
     return Dataset.from_list(with_open_thinking(out, ratio=thinking_ratio, seed=seed))
 
 
 def sft_dataset(rows: list[dict], tokenizer, max_length: int) -> Dataset:
-    """SFT rows (``conversations``) tokenised with the chat template: ``input_ids`` and
-    ``assistant_masks`` (1 on the tokens inside the template's generation blocks, ``<|im_end|>``
-    included), truncated to ``max_length``."""
-    from minimind_trl.data.formats import conversations_to_messages
+    """SFT rows (``conversations``) as ``input_ids`` + ``assistant_masks`` (see ``minimind_trl.sft``:
+    the loss covers each assistant turn from after ``<|im_start|>assistant\\n`` through its
+    ``<|im_end|>``; rows longer than ``max_length`` are dropped and counted, never truncated)."""
+    from minimind_trl.sft import build_sft_dataset
 
-    out = []
-    for i, row in enumerate(rows):
-        messages, tools = conversations_to_messages(row.get("conversations"), line=i + 1)
-        encoded = tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-        )
-        ids, mask = list(encoded["input_ids"])[:max_length], list(encoded["assistant_masks"])[:max_length]
-        if not any(mask):
-            raise RecipeError(f"SFT row {i} ({row.get('id')}): no assistant token within max_length={max_length}")
-        out.append({"input_ids": ids, "assistant_masks": mask})
-    return Dataset.from_list(out)
+    try:
+        dataset, _ = build_sft_dataset(rows, tokenizer, max_length, mode="sft")
+    except ValueError as exc:
+        raise RecipeError(f"recipe: SFT data: {exc}") from exc
+    return dataset
 
 
 def build_rewards(specs: list[dict]) -> tuple[list, list[float]]:

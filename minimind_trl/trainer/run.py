@@ -138,13 +138,9 @@ def read_status(run_dir: str | os.PathLike) -> dict[str, Any]:
 def save_initial_model(model, folder: str | os.PathLike) -> Path:
     """Save the starting weights (Hub format) and point ``model.config`` at them.
 
-    TRL builds the reference model (beta > 0) from ``config._name_or_path``; a config without
-    ``auto_map`` gets an empty one, which TRL's loader needs for architectures outside
-    ``transformers`` (it reads ``config.auto_map`` unguarded).
+    TRL builds the reference model (beta > 0) from ``config._name_or_path``.
     """
     folder = Path(folder)
-    if not hasattr(model.config, "auto_map"):
-        model.config.auto_map = {}
     staging = folder.with_name(f".staging-{folder.name}")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
