@@ -1,0 +1,245 @@
+"""The CPU demo: the whole protocol, from nothing, on a laptop-class machine.
+
+``minimind-trl demo --output-dir runs/demo`` runs, one stage after another:
+
+1. data      generate agent-math tasks (seed 42) and prepare audited train/val/test splits;
+2. tokenizer build the 6400-id byte-level BPE tokenizer from project data (rendered gold
+             trajectories of generated tasks and the package's general text) with
+             ``minimind-trl tokenizer build``;
+3. sft       SFT a small MiniMind (``demo`` preset, ~5M parameters) from random init on gold
+             tool-use trajectories of the training split (``recipes/demo/sft.yaml``);
+4. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, same seed, same rollout
+             budget (``recipes/demo/rl.yaml`` with ``objective.preset`` set per condition);
+5. eval      frozen greedy evaluation of all five checkpoints on the test split;
+6. summary   ``summary.md`` with paired-bootstrap CIs against SFT, and PNG plots.
+
+Every heavy stage is the public command a user would type (``minimind-trl train``, ``eval``,
+``summarize``, ``plot``), run in a child process, so the demo exercises exactly the documented
+path. A stage whose output is complete is skipped on ``--resume``; anything half-written is
+refused, never overwritten. ``--quick`` shrinks every stage (a couple of minutes; for CI-like
+smoke runs), without changing what is run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
+RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes" / "demo"  # the repository checkout
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """How big each stage is. ``full`` is what the README reports; ``quick`` only proves the chain."""
+
+    num_tasks: int  # generated before de-duplication and splitting
+    val_size: int
+    test_size: int
+    sft_epochs: float
+    rl_rollouts: int  # rollouts per RL condition (each = K optimizer updates)
+    eval_batch_size: int
+
+
+SIZES = {
+    "full": DemoSize(num_tasks=3000, val_size=100, test_size=300, sft_epochs=3.0, rl_rollouts=40,
+                     eval_batch_size=50),
+    "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, sft_epochs=1.0, rl_rollouts=1,
+                      eval_batch_size=30),
+}
+
+# The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
+# or two ground-truth values and no distractor tools, so prompts stay short enough for 2 CPU cores.
+TASK_FILTER = {"op_types": ("arithmetic", "percentage", "power"), "n_gt_values": (1, 2), "max_distractors": 0}
+
+
+class DemoError(RuntimeError):
+    """A stage failed or the output folder holds something the demo will not overwrite."""
+
+
+def _log(message: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _run(args: list[str], log_file: Path) -> None:
+    """Run ``minimind-trl ARGS`` in a child process, its output teed to ``log_file``."""
+    command = [sys.executable, "-m", "minimind_trl.cli", *args]
+    _log("$ minimind-trl " + " ".join(args))
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "w", encoding="utf-8") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   bufsize=1)
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.write(line)
+            if not line.startswith(("[20", "  warnings.warn")):  # drop DeepSpeed/transformers chatter
+                sys.stdout.write("    " + line)
+        code = process.wait()
+    if code != 0:
+        raise DemoError(f"`minimind-trl {args[0]}` failed with exit code {code}; see {log_file}")
+
+
+def _stage_done(path: Path, marker: str) -> bool:
+    return (path / marker).is_file()
+
+
+def _check_fresh(path: Path, resume: bool, marker: str) -> bool:
+    """True when the stage is already complete (and ``resume``); clears a half-written stage on
+    ``resume``; refuses a non-empty stage folder otherwise."""
+    if _stage_done(path, marker):
+        if resume:
+            return True
+        raise DemoError(f"{path} already holds a finished stage; use --resume or a new --output-dir")
+    if path.exists() and any(path.iterdir()):
+        if not resume:
+            raise DemoError(f"{path} is not empty; use --resume or a new --output-dir")
+        shutil.rmtree(path)
+    return False
+
+
+def _training_done(run_dir: Path) -> bool:
+    status = run_dir / "status.json"
+    if not status.is_file():
+        return False
+    return json.loads(status.read_text(encoding="utf-8")).get("state") == "completed"
+
+
+def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
+    from minimind_trl.data import generate_tasks, prepare_splits
+    from minimind_trl.data.gold import gold_file_rows
+    from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_jsonl_atomic
+    from minimind_trl.envs.tools import default_registry
+
+    splits, sft = out / "data" / "splits", out / "data" / "sft"
+    if resume and _stage_done(splits, "manifest.json") and _stage_done(sft, "manifest.json"):
+        return splits
+    if (out / "data").exists() and any((out / "data").iterdir()):
+        if not resume:
+            raise DemoError(f"{out / 'data'} is not empty; use --resume or a new --output-dir")
+        shutil.rmtree(out / "data")
+    (out / "data").mkdir(parents=True)
+    registry = default_registry()
+    tasks = generate_tasks(size.num_tasks, seed, registry=registry, **TASK_FILTER)
+    tasks_file = out / "data" / "tasks.jsonl"
+    write_jsonl_atomic(tasks_file, tasks)
+    train_size = len(tasks) - size.val_size - size.test_size
+    prepare_splits([tasks_file], splits, seed=seed, sizes=[train_size, size.val_size, size.test_size])
+    # SFT data: one gold trajectory per *training* task (val/test never leak into SFT).
+    gold = gold_file_rows(str(splits / "train.jsonl"), registry)
+    sft.mkdir(parents=True)
+    write_jsonl_atomic(sft / "train.jsonl", gold)
+    write_json_atomic(sft / "manifest.json", {
+        "description": "gold SFT trajectories of the demo's training split",
+        "source": {"train.jsonl": sha256_file(splits / "train.jsonl")},
+        "outputs": {"train.jsonl": {"sha256": sha256_file(sft / "train.jsonl"), "rows": len(gold)}},
+    })
+    _log(f"data: {len(tasks)} tasks -> {train_size}/{size.val_size}/{size.test_size} splits, {len(gold)} SFT rows")
+    return splits
+
+
+def stage_tokenizer(out: Path, resume: bool) -> Path:
+    """The project's tokenizer recipe (as ``scripts/build_default_tokenizer.py``): rendered gold
+    trajectories of 4,000 generated tasks plus the package's general text, 6400 ids."""
+    from minimind_trl.data.manifest import write_jsonl_atomic
+    from minimind_trl.tokenization.default_corpus import default_corpus
+
+    folder = out / "tokenizer"
+    if _check_fresh(folder, resume, "tokenizer.json"):
+        return folder
+    corpus = out / "data" / "tokenizer_corpus.jsonl"
+    write_jsonl_atomic(corpus, [{"text": doc} for doc in default_corpus(4000, 20240601, 20)])
+    _run(["tokenizer", "build", "--corpus", str(corpus), "--output-dir", str(folder)], out / "logs" / "tokenizer.log")
+    return folder
+
+
+def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume: bool) -> Path:
+    run_dir = out / "runs" / name
+    if _training_done(run_dir):
+        if resume:
+            _log(f"{name}: already trained, skipping")
+            return run_dir / "final"
+        raise DemoError(f"{run_dir} already holds a finished run; use --resume or a new --output-dir")
+    args = ["train", str(recipe), "--output-dir", str(run_dir)]
+    for item in overrides:
+        args += ["--set", item]
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not resume:
+            raise DemoError(f"{run_dir} is not empty; use --resume or a new --output-dir")
+        args.append("--resume")
+    _run(args, out / "logs" / f"train_{name}.log")
+    return run_dir / "final"
+
+
+def stage_eval(out: Path, name: str, checkpoint: Path, splits: Path, tokenizer: Path, size: DemoSize,
+               resume: bool) -> Path:
+    folder = out / "eval" / name
+    if _check_fresh(folder, resume, "eval_manifest.json"):
+        _log(f"eval {name}: already done, skipping")
+        return folder
+    _run(["eval", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--split-dir", str(splits),
+          "--split", "test", "--output-dir", str(folder), "--batch-size", str(size.eval_batch_size),
+          "--max-new-tokens", "96"], out / "logs" / f"eval_{name}.log")
+    return folder
+
+
+def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False) -> Path:
+    """Run every stage into ``out``; returns the path of ``summary.md``."""
+    started = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    splits = stage_data(out, size, seed, resume)
+    tokenizer = stage_tokenizer(out, resume)
+    common = [f"tokenizer.path={tokenizer}", f"seed={seed}"]
+    sft = stage_train(out, "sft", RECIPE_DIR / "sft.yaml",
+                      [f"data.path={out / 'data' / 'sft'}", f"training.num_train_epochs={size.sft_epochs}", *common],
+                      resume)
+    _log(f"sft done ({time.time() - started:.0f} s so far)")
+    checkpoints = {"sft": sft}
+    for name in CONDITIONS:
+        checkpoints[name] = stage_train(
+            out, name, RECIPE_DIR / "rl.yaml",
+            [f"model.path={sft}", f"data.path={splits}", f"objective.preset={name}",
+             f"training.max_steps={size.rl_rollouts * 4}", *common],
+            resume,
+        )
+        _log(f"{name} done ({time.time() - started:.0f} s so far)")
+    evals = {name: stage_eval(out, name, ckpt, splits, tokenizer, size, resume) for name, ckpt in checkpoints.items()}
+    summary_dir = out / "summary"
+    if not (resume and _stage_done(summary_dir, "summary.md")):
+        if summary_dir.exists():
+            shutil.rmtree(summary_dir)
+        _run(["summarize", *[f"{name}={path}" for name, path in evals.items()], "--baseline", "sft",
+              "--output-dir", str(summary_dir)], out / "logs" / "summarize.log")
+    plots = out / "plots"
+    if not (resume and plots.is_dir() and any(plots.iterdir())):
+        shutil.rmtree(plots, ignore_errors=True)
+        _run(["plot", "--runs", *[str(out / "runs" / name) for name in CONDITIONS], "--summary",
+              str(summary_dir / "summary.json"), "--output-dir", str(plots)], out / "logs" / "plot.log")
+    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {plots}")
+    return summary_dir / "summary.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="minimind-trl demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--output-dir", default="runs/demo", help="demo folder (default: runs/demo)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: proves the chain in a few minutes")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
+    args = parser.parse_args(argv)
+    try:
+        summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume)
+    except DemoError as exc:
+        print(f"minimind-trl demo: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(summary.read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
