@@ -16,7 +16,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One thread: tiny test models are faster single-threaded, and OpenMP barriers make 2 threads
+# crawl when anything else shares the cores.
+torch.set_num_threads(1)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = REPO_ROOT.parent / "shared" / "minimind_reference"

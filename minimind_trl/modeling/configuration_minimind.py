@@ -33,6 +33,7 @@ and embedding dropout are not modelled (upstream trains with dropout 0).
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Any
 
 from transformers import PreTrainedConfig
@@ -89,8 +90,9 @@ class MiniMindConfig(PreTrainedConfig):
     base_model_ep_plan = Qwen3MoeConfig.base_model_ep_plan
     base_model_pp_plan = Qwen3MoeConfig.base_model_pp_plan
     # Remote-code loaders (TRL's reference-model builder) read `config.auto_map` unguarded; only a
-    # `save_for_hub(format="minimind")` folder sets a real one.
-    auto_map = None
+    # `save_for_hub(format="minimind")` folder sets a real one. An empty read-only mapping, not None:
+    # transformers' Auto*.from_pretrained tests `cls.__name__ in config.auto_map`.
+    auto_map = MappingProxyType({})
 
     # Fixed for MiniMind; read by the reused Qwen3 / Qwen3-MoE modules (class constants, not saved).
     attention_bias = False

@@ -1,4 +1,11 @@
-"""From a resolved recipe to the objects a run needs: tokenizer, model, datasets, rewards, trainer."""
+"""From a resolved recipe to the objects a run needs: tokenizer, model, datasets, rewards, trainer.
+
+Kinds: ``grpo`` (our GRPOTrainer subclass with the tool environment), ``sft`` (TRL ``SFTTrainer``:
+assistant-only SFT, or ``sft.mode: pretrain`` on ``{"text"}`` rows), ``dpo`` (TRL ``DPOTrainer`` on
+``{"chosen", "rejected"}`` conversation rows) and ``distill`` (TRL ``DistillationTrainer``: on-policy
+generalized-JSD distillation from a teacher, tools included). A ``peft`` section wraps the model
+in a LoRA adapter (``peft.LoraConfig``) for grpo, sft and dpo.
+"""
 
 from __future__ import annotations
 
@@ -85,14 +92,16 @@ def grpo_dataset(rows: list[dict], thinking_ratio: float, seed: int) -> Dataset:
     return Dataset.from_list(with_open_thinking(out, ratio=thinking_ratio, seed=seed))
 
 
-def sft_dataset(rows: list[dict], tokenizer, max_length: int) -> Dataset:
+def sft_dataset(rows: list[dict], tokenizer, max_length: int, mode: str = "sft") -> Dataset:
     """SFT rows (``conversations``) as ``input_ids`` + ``assistant_masks`` (see ``minimind_trl.sft``:
     the loss covers each assistant turn from after ``<|im_start|>assistant\\n`` through its
-    ``<|im_end|>``; rows longer than ``max_length`` are dropped and counted, never truncated)."""
+    ``<|im_end|>``; rows longer than ``max_length`` are dropped and counted, never truncated).
+    ``mode="pretrain"``: ``{"text"}`` rows as ``<|im_start|>`` + text + ``<|im_end|>``, the text cut
+    to fit, the loss on every token (upstream MiniMind pretraining)."""
     from minimind_trl.sft import build_sft_dataset
 
     try:
-        dataset, _ = build_sft_dataset(rows, tokenizer, max_length, mode="sft")
+        dataset, _ = build_sft_dataset(rows, tokenizer, max_length, mode=mode)
     except ValueError as exc:
         raise RecipeError(f"recipe: SFT data: {exc}") from exc
     return dataset
@@ -165,21 +174,57 @@ def sft_config(recipe: dict, run_dir: str):
     from trl import SFTConfig
 
     return SFTConfig(output_dir=run_dir, seed=recipe["seed"], max_length=recipe["sft"]["max_length"],
-                     assistant_only_loss=False, **recipe["training"])
+                     assistant_only_loss=False, completion_only_loss=False, **recipe["training"])
+
+
+def dpo_config(recipe: dict, run_dir: str):
+    """The ``trl.DPOConfig`` of a recipe (``dpo.max_length``, ``dpo.beta``; the rest from ``training``)."""
+    from trl import DPOConfig
+
+    dpo = recipe["dpo"]
+    return DPOConfig(output_dir=run_dir, seed=recipe["seed"], max_length=dpo["max_length"], beta=dpo["beta"],
+                     **recipe["training"])
+
+
+def distill_config(recipe: dict, run_dir: str):
+    """The ``trl.DistillationConfig`` of a recipe (the ``distill`` section mapped to its fields)."""
+    from trl import DistillationConfig
+
+    distill = recipe["distill"]
+    return DistillationConfig(
+        output_dir=run_dir, seed=recipe["seed"], beta=distill["beta"],
+        max_completion_length=distill["max_completion_length"], temperature=distill["temperature"],
+        max_tool_calling_iterations=distill["max_tool_turns"] or None, **recipe["training"],
+    )
 
 
 def training_config(recipe: dict, run_dir: str):
     """The training config; building it also sets up the distributed state (process group)."""
-    config = grpo_config(recipe, run_dir, world_size()) if recipe["kind"] == "grpo" else sft_config(recipe, run_dir)
+    kind = recipe["kind"]
+    if kind == "grpo":
+        config = grpo_config(recipe, run_dir, world_size())
+    else:
+        config = {"sft": sft_config, "dpo": dpo_config, "distill": distill_config}[kind](recipe, run_dir)
     _ = config.world_size  # make sure accelerate's state exists before anything else uses it
     return config
 
 
+def peft_config(recipe: dict):
+    """A ``peft.LoraConfig`` from the recipe's ``peft`` section, or None (full fine-tuning)."""
+    spec = recipe.get("peft")
+    if spec is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], lora_dropout=float(spec["dropout"]),
+                      target_modules=list(spec["target_modules"]), task_type="CAUSAL_LM")
+
+
 def build_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
-    """The GRPO (tool environment) or SFT trainer of a recipe."""
-    if recipe["kind"] == "grpo":
-        return build_grpo_trainer(recipe, config, model, tokenizer, rows)
-    return build_sft_trainer(recipe, config, model, tokenizer, rows)
+    """The trainer of a recipe's kind (GRPO with the tool environment, SFT, DPO, distillation)."""
+    builders = {"grpo": build_grpo_trainer, "sft": build_sft_trainer, "dpo": build_dpo_trainer,
+                "distill": build_distill_trainer}
+    return builders[recipe["kind"]](recipe, config, model, tokenizer, rows)
 
 
 def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
@@ -196,6 +241,7 @@ def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict])
         train_dataset=grpo_dataset(rows, rollout["thinking_ratio"], recipe["seed"]),
         processing_class=tokenizer,
         environment_factory=environment,
+        peft_config=peft_config(recipe),
     )
 
 
@@ -204,9 +250,123 @@ def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
 
     from minimind_trl.trainer.callbacks import LogHistoryCallback
 
+    sft = recipe["sft"]
     trainer = SFTTrainer(
-        model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, recipe["sft"]["max_length"]),
-        processing_class=tokenizer,
+        model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"]),
+        processing_class=tokenizer, peft_config=peft_config(recipe),
+    )
+    trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))
+    return trainer
+
+
+def _prompt_and_answer(prompt: list[dict], full: list[dict], tokenizer, tools) -> str:
+    """The text ``full`` adds after the rendering of ``prompt`` with its generation prompt, ending
+    at the last ``<|im_end|>`` (the eos token) as a trained turn does."""
+    head = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(full, tools=tools, tokenize=False)
+    if not text.startswith(head):
+        raise RecipeError("DPO row: the chat template does not render the prompt as a prefix of the conversation")
+    answer = text[len(head):]
+    end = answer.rfind(tokenizer.eos_token)
+    if end < 0:
+        raise RecipeError("DPO row: the answer has no end-of-turn token")
+    return answer[: end + len(tokenizer.eos_token)]
+
+
+def dpo_dataset(rows: list[dict], tokenizer) -> Dataset:
+    """``{"chosen": conversations, "rejected": conversations}`` rows (upstream schema) -> TRL's
+    text preference rows ``{"prompt", "chosen", "rejected"}``, rendered by our chat template.
+
+    The prompt is the longest common prefix of the two conversations (it must end before an
+    assistant turn); the tools come from the system turn. Rendering here, rather than handing
+    message lists to TRL, keeps tool-call arguments intact (a datasets column would merge the
+    argument dicts of different tools into one struct padded with nulls).
+    """
+    from minimind_trl.data.formats import conversations_to_messages
+
+    out = []
+    for i, row in enumerate(rows):
+        if "chosen" not in row or "rejected" not in row:
+            raise RecipeError(f"DPO row {i}: needs 'chosen' and 'rejected' conversations, got keys {sorted(row)}")
+        chosen, tools = conversations_to_messages(row["chosen"], line=i + 1)
+        rejected, _ = conversations_to_messages(row["rejected"], line=i + 1)
+        if chosen == rejected:
+            raise RecipeError(f"DPO row {i}: chosen and rejected are identical")
+        common = 0
+        while common < min(len(chosen), len(rejected)) and chosen[common] == rejected[common]:
+            common += 1
+        while common and chosen[common - 1]["role"] == "assistant":
+            common -= 1
+        if common == 0 or common == len(chosen) or common == len(rejected) \
+                or chosen[common]["role"] != "assistant" or rejected[common]["role"] != "assistant":
+            raise RecipeError(f"DPO row {i}: chosen and rejected must share a prompt and differ from an "
+                              "assistant turn on")
+        prompt = chosen[:common]
+        out.append({
+            "prompt": tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=False),
+            "chosen": _prompt_and_answer(prompt, chosen, tokenizer, tools),
+            "rejected": _prompt_and_answer(prompt, rejected, tokenizer, tools),
+        })
+    return Dataset.from_list(out)
+
+
+def build_dpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
+    """TRL's ``DPOTrainer``; the reference model is the initial model (loaded from the run's
+    ``initial_model/``), or the adapter-free base model with a ``peft`` section."""
+    from trl import DPOTrainer
+
+    from minimind_trl.trainer.callbacks import LogHistoryCallback
+
+    trainer = DPOTrainer(model=model, args=config, train_dataset=dpo_dataset(rows, tokenizer),
+                         processing_class=tokenizer, peft_config=peft_config(recipe))
+    trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))
+    return trainer
+
+
+def distill_tools(distill: dict) -> list:
+    """The registry's tools (``distill.tool_names``, null = all) as plain callables for TRL's
+    ``tools=``: the same schemas and JSON observations as the GRPO environment."""
+    from minimind_trl.envs.environment import _tool_method
+
+    if not distill["max_tool_turns"]:
+        return []
+    registry = build_registry({"tools": [], "tool_names": distill["tool_names"]})
+
+    class _Runner:  # what the environment methods call, without the per-rollout call log
+        def _call_tool(self, name: str, arguments: dict) -> str:
+            return registry.call(name, arguments)
+
+    runner = _Runner()
+    return [_tool_method(registry.spec(name)).__get__(runner) for name in registry.names()]
+
+
+def distill_dataset(rows: list[dict]) -> Dataset:
+    """Task rows -> ``{"prompt": messages}`` (system and user turns; the trainer renders the tools)."""
+    from minimind_trl.envs.rollout import task_messages
+
+    out = []
+    for i, row in enumerate(rows):
+        if "conversations" not in row:
+            raise RecipeError(f"data row {i} ({row.get('id')}): a distillation prompt row needs 'conversations'")
+        out.append({"prompt": task_messages(row)[0]})
+    return Dataset.from_list(out)
+
+
+def build_distill_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
+    """TRL's ``DistillationTrainer`` (on-policy, generalized JSD) with the teacher of ``distill.teacher_path``."""
+    from transformers import AutoModelForCausalLM
+    from trl import DistillationTrainer
+
+    from minimind_trl.trainer.callbacks import LogHistoryCallback
+
+    distill = recipe["distill"]
+    teacher = AutoModelForCausalLM.from_pretrained(distill["teacher_path"], dtype=_DTYPES[recipe["model"]["dtype"]])
+    if teacher.config.vocab_size != model.config.vocab_size:
+        raise RecipeError(f"recipe: distill.teacher_path has vocab {teacher.config.vocab_size}, "
+                          f"the student {model.config.vocab_size}: they must share the vocabulary")
+    trainer = DistillationTrainer(
+        model=model, teacher_model=teacher, args=config, train_dataset=distill_dataset(rows),
+        processing_class=tokenizer, tools=distill_tools(distill) or None,
     )
     trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))
     return trainer

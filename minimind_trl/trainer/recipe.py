@@ -3,6 +3,12 @@
 ``load_recipe(path, overrides)`` reads the YAML, applies ``--set key=value`` overrides (dotted
 keys, values parsed as YAML), fills the defaults and validates: an unknown key anywhere is an
 error that names it, and so is a key set in ``training`` that another section owns.
+
+Kinds: ``grpo`` (sections model, tokenizer, data, objective, rollout, rewards), ``sft`` (model,
+tokenizer, data, sft), ``dpo`` (model, tokenizer, data, dpo) and ``distill`` (model, tokenizer,
+data, distill); ``training`` holds fields of the kind's config class (:func:`config_class`). The
+optional ``peft`` section (LoRA) applies to grpo, sft and dpo; when absent it is left out of the
+resolved recipe, so recipes written before it keep their hash.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 import yaml
 
-KINDS = ("grpo", "sft")
+KINDS = ("grpo", "sft", "dpo", "distill")
 _REQUIRED = object()
 
 # section -> key -> default (_REQUIRED: must be given). `training` and `objective` are checked apart.
@@ -34,45 +40,69 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "max_completion_length": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "tools": [], "tool_names": None,
         "mask_truncated_completions": False,
     },
-    "sft": {"max_length": 1024},
+    "sft": {"max_length": 1024, "mode": "sft"},
+    "dpo": {"max_length": 1024, "beta": 0.1},
+    "distill": {
+        "teacher_path": _REQUIRED, "beta": 0.5, "max_completion_length": 256, "temperature": 1.0,
+        "max_tool_turns": 3, "tool_names": None,
+    },
+    # optional: absent or null = full fine-tuning
+    "peft": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": _REQUIRED},
 }
 TOP_LEVEL = {"kind": "grpo", "seed": 42, "description": "", "rewards": None, "training": {}}
 SECTIONS_BY_KIND = {
     "grpo": ("model", "tokenizer", "data", "objective", "rollout"),
     "sft": ("model", "tokenizer", "data", "sft"),
+    "dpo": ("model", "tokenizer", "data", "dpo"),
+    "distill": ("model", "tokenizer", "data", "distill"),
 }
+OPTIONAL_SECTIONS_BY_KIND = {"grpo": ("peft",), "sft": ("peft",), "dpo": ("peft",), "distill": ()}
+SFT_MODES = ("sft", "pretrain")
 REWARD_KEYS = {"name": _REQUIRED, "weight": 1.0, "options": {}}
 
-# training keys that a section owns: key -> where to set it instead
+# training keys that a section owns, for every kind: key -> where to set it instead
 OWNED_TRAINING_KEYS = {
     "output_dir": "the --output-dir option",
     "seed": "the top-level `seed`",
     "data_seed": "the top-level `seed`",
-    "num_generations": "rollout.group_size",
-    "generation_batch_size": "rollout.prompts_per_rollout",
-    "steps_per_generation": "training.gradient_accumulation_steps (they are equal)",
-    "max_completion_length": "rollout.max_completion_length",
-    "temperature": "rollout.temperature",
-    "top_p": "rollout.top_p",
-    "top_k": "rollout.top_k",
-    "max_tool_calling_iterations": "rollout.max_tool_turns",
-    "mask_truncated_completions": "rollout.mask_truncated_completions",
-    "reward_weights": "rewards[].weight",
-    "beta": "objective.beta",
-    "epsilon": "objective.epsilon_low",
-    "epsilon_high": "objective.epsilon_high",
-    "objective": "objective.preset",
-    "policy": "objective.policy",
-    "advantage": "objective.advantage",
-    "reduction": "objective.reduction",
-    "epsilon_low": "objective.epsilon_low",
-    "cispo_max": "objective.cispo_max",
-    "fixed_length": "objective.fixed_length",
-    "max_length": "sft.max_length",
-    "assistant_only_loss": "nothing: SFT always trains on assistant tokens only",
 }
-
-
+OWNED_BY_KIND = {
+    "grpo": {
+        "num_generations": "rollout.group_size",
+        "generation_batch_size": "rollout.prompts_per_rollout",
+        "steps_per_generation": "training.gradient_accumulation_steps (they are equal)",
+        "max_completion_length": "rollout.max_completion_length",
+        "temperature": "rollout.temperature",
+        "top_p": "rollout.top_p",
+        "top_k": "rollout.top_k",
+        "max_tool_calling_iterations": "rollout.max_tool_turns",
+        "mask_truncated_completions": "rollout.mask_truncated_completions",
+        "reward_weights": "rewards[].weight",
+        "beta": "objective.beta",
+        "epsilon": "objective.epsilon_low",
+        "epsilon_high": "objective.epsilon_high",
+        "objective": "objective.preset",
+        "policy": "objective.policy",
+        "advantage": "objective.advantage",
+        "reduction": "objective.reduction",
+        "epsilon_low": "objective.epsilon_low",
+        "cispo_max": "objective.cispo_max",
+        "fixed_length": "objective.fixed_length",
+    },
+    "sft": {
+        "max_length": "sft.max_length",
+        "assistant_only_loss": "nothing: SFT always trains on assistant tokens only",
+        "completion_only_loss": "nothing: the dataset carries the loss mask",
+    },
+    "dpo": {"max_length": "dpo.max_length", "beta": "dpo.beta"},
+    "distill": {
+        "teacher_model_name_or_path": "distill.teacher_path",
+        "beta": "distill.beta",
+        "max_completion_length": "distill.max_completion_length",
+        "temperature": "distill.temperature",
+        "max_tool_calling_iterations": "distill.max_tool_turns",
+    },
+}
 class RecipeError(ValueError):
     """An invalid recipe; the message names the offending key."""
 
@@ -92,14 +122,19 @@ def _yaml(text_or_stream) -> Any:
     return yaml.load(text_or_stream, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
+def config_class(kind: str) -> type:
+    """The training-config dataclass of a kind (its fields are the allowed ``training`` keys)."""
+    if kind == "grpo":
+        from minimind_trl.trainer.config import MiniMindGRPOConfig
+
+        return MiniMindGRPOConfig
+    import trl
+
+    return {"sft": trl.SFTConfig, "dpo": trl.DPOConfig, "distill": trl.DistillationConfig}[kind]
+
+
 def _config_fields(kind: str) -> set[str]:
-    if kind == "sft":
-        from trl import SFTConfig
-
-        return {f.name for f in dataclasses.fields(SFTConfig) if f.init}
-    from minimind_trl.trainer.config import MiniMindGRPOConfig
-
-    return {f.name for f in dataclasses.fields(MiniMindGRPOConfig) if f.init}
+    return {f.name for f in dataclasses.fields(config_class(kind)) if f.init}
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -168,11 +203,11 @@ def validate_recipe(raw: dict) -> dict:
     kind = raw.get("kind", TOP_LEVEL["kind"])
     if kind not in KINDS:
         raise RecipeError(f"recipe: kind must be one of {KINDS}, got {kind!r}")
-    sections = SECTIONS_BY_KIND[kind]
-    allowed_top = {**TOP_LEVEL, **{name: {} for name in sections}}
+    sections, optional = SECTIONS_BY_KIND[kind], OPTIONAL_SECTIONS_BY_KIND[kind]
+    allowed_top = {**TOP_LEVEL, **{name: {} for name in (*sections, *optional)}}
     unknown = sorted(set(raw) - set(allowed_top))
     if unknown:
-        other = [s for s in SCHEMA if s not in sections]
+        other = [s for s in SCHEMA if s not in sections and s not in optional]
         hint = f" (section {unknown[0]!r} is not used by kind {kind!r})" if unknown[0] in other else ""
         raise RecipeError(f"recipe: unknown key {unknown[0]}{hint} (known: {', '.join(sorted(allowed_top))})")
     recipe: dict[str, Any] = {"kind": kind, "seed": raw.get("seed", 42), "description": raw.get("description", "")}
@@ -180,13 +215,33 @@ def validate_recipe(raw: dict) -> dict:
         raise RecipeError(f"recipe: seed must be an int, got {recipe['seed']!r}")
     for name in sections:
         recipe[name] = _check_keys(raw.get(name) or {}, SCHEMA[name], name)
+    for name in optional:  # absent or null: the section is off (and left out, so older recipe hashes hold)
+        if raw.get(name) is not None:
+            recipe[name] = _check_keys(raw[name], SCHEMA[name], name)
     _check_model(recipe["model"])
     if kind == "grpo":
         recipe["rewards"] = _check_rewards(raw.get("rewards"))
     elif raw.get("rewards") is not None:
         raise RecipeError("recipe: rewards is only used by kind 'grpo'")
+    if kind == "sft" and recipe["sft"]["mode"] not in SFT_MODES:
+        raise RecipeError(f"recipe: sft.mode must be one of {SFT_MODES}, got {recipe['sft']['mode']!r}")
+    if recipe.get("peft") is not None:
+        _check_peft(recipe["peft"])
     recipe["training"] = _check_training(raw.get("training") or {}, kind)
     return recipe
+
+
+def _check_peft(peft: dict) -> None:
+    """LoRA settings: positive rank and alpha, dropout in [0, 1), a non-empty list of module names."""
+    for key in ("r", "alpha"):
+        if not isinstance(peft[key], int) or isinstance(peft[key], bool) or peft[key] < 1:
+            raise RecipeError(f"recipe: peft.{key} must be a positive int, got {peft[key]!r}")
+    if not isinstance(peft["dropout"], (int, float)) or isinstance(peft["dropout"], bool) \
+            or not 0 <= peft["dropout"] < 1:
+        raise RecipeError(f"recipe: peft.dropout must be a number in [0, 1), got {peft['dropout']!r}")
+    modules = peft["target_modules"]
+    if not isinstance(modules, list) or not modules or not all(isinstance(m, str) and m for m in modules):
+        raise RecipeError(f"recipe: peft.target_modules must be a non-empty list of module names, got {modules!r}")
 
 
 def _check_model(model: dict) -> None:
@@ -219,9 +274,10 @@ def _check_training(training: dict, kind: str) -> dict:
     if not isinstance(training, dict):
         raise RecipeError("recipe: training must be a mapping of TrainingArguments fields")
     fields = _config_fields(kind)
+    owned = {**OWNED_TRAINING_KEYS, **OWNED_BY_KIND[kind]}
     for key in sorted(training):
-        if key in OWNED_TRAINING_KEYS:
-            raise RecipeError(f"recipe: training.{key} is set elsewhere: use {OWNED_TRAINING_KEYS[key]}")
+        if key in owned:
+            raise RecipeError(f"recipe: training.{key} is set elsewhere: use {owned[key]}")
         if key not in fields:
             raise RecipeError(f"recipe: unknown key training.{key} (not a field of the {kind} training config)")
     return dict(training)

@@ -9,6 +9,7 @@ Layout of ``RUN_DIR``::
     initial_model/       the starting weights in Hub format (the reference model loads from here)
     checkpoint-N/        Trainer checkpoints, each written in .staging-checkpoint-N/ then renamed
     final/               Hub-format weights + tokenizer of the last step (written atomically)
+    adapter/             with a ``peft`` section: the LoRA adapter (PEFT format); final/ holds it merged
 
 Every file that matters is written atomically; a killed run leaves the previous checkpoint
 loadable and at most a torn last line in ``metrics.jsonl`` (cut back on resume).
@@ -35,6 +36,7 @@ MANIFEST = "manifest.json"
 STATUS = "status.json"
 INITIAL_MODEL = "initial_model"
 FINAL_MODEL = "final"
+ADAPTER = "adapter"
 _PACKAGES = (
     "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "deepspeed", "peft", "minimind-trl",
 )
@@ -170,6 +172,20 @@ def save_final_model(model, tokenizer, folder: str | os.PathLike) -> Path:
     return folder
 
 
+def merged_model(model, run_dir: str | os.PathLike):
+    """A LoRA (PEFT) model's adapter is saved to ``RUN_DIR/adapter/`` and merged into the base
+    weights, so ``final/`` is always a complete Hub-format model; other models pass through."""
+    if not hasattr(model, "merge_and_unload"):
+        return model
+    adapter = Path(run_dir) / ADAPTER
+    staging = adapter.with_name(f".staging-{adapter.name}")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    shutil.rmtree(adapter, ignore_errors=True)
+    os.replace(staging, adapter)
+    return model.merge_and_unload()
+
+
 def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -> dict[str, Any]:
     """Train, then write the final weights and the status; a non-finite value stops the run.
 
@@ -201,7 +217,8 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
             shutil.rmtree(final, ignore_errors=True)
             os.replace(staging, final)
     elif main:
-        save_final_model(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, final)
+        save_final_model(merged_model(trainer.accelerator.unwrap_model(trainer.model), run_dir),
+                         trainer.processing_class, final)
     if main:
         status = {"step": trainer.state.global_step, "train_loss": result.training_loss, "final_model": str(final)}
         write_status(run_dir, "completed", **status)

@@ -1,0 +1,577 @@
+"""``minimind-trl sweep``: run a protocol's conditions, evaluate them, summarise, plot.
+
+::
+
+    minimind-trl sweep PROTOCOL --data SPLIT_DIR --sft CHECKPOINT --output-dir OUT
+        [--seeds 42,43] [--conditions grpo,cispo] [--set KEY=VALUE ...] [--recipes DIR]
+        [--launcher "torchrun --nproc_per_node 4"] [--eval-limit N] [--eval-batch-size 16]
+        [--eval-max-new-tokens 256] [--eval-max-tool-turns 3] [--eval-device auto]
+        [--n-resamples 10000] [--dry-run]
+
+``PROTOCOL`` is ``e1`` (GRPO, CISPO, Dr.GRPO, GSPO on MiniMind-3), ``e2`` (the two missing cells
+of the {z-score, centred} x {sequence mean, fixed L} 2x2), ``e3`` (the four objectives on
+MiniMind-3-MoE; give the MoE SFT checkpoint as ``--sft``) or ``e4`` (GRPO on a reward model),
+whose recipes are ``RECIPES/<protocol>/<condition>.yaml`` (``--recipes``, default ``./recipes``
+when it has the protocol's folder, else the ``recipes/`` folder beside this package); or the path
+of a folder of recipe YAML files, each file one condition (named by its stem, run in name order).
+
+For every seed, then every condition, the sweep trains the recipe in a fresh process::
+
+    minimind-trl train RECIPE --output-dir OUT/runs/<protocol>/<condition>-seed<S>
+        --set data.path=SPLIT_DIR --set model.path=CHECKPOINT --set model.preset=null
+        --set model.native=null --set model.config={} --set seed=S [--set KEY=VALUE ...]
+
+(prefixed by ``--launcher`` for multi-process training, e.g. ``"accelerate launch --config_file
+accelerate_configs/multi_gpu.yaml"``: the command becomes ``LAUNCHER -m minimind_trl.cli train
+...``), then evaluates the SFT baseline and every completed run's ``final/`` greedily on the test
+split (``minimind-trl eval``), then writes ``minimind-trl summarize`` (baseline ``sft``; for e2 also
+the 2x2 interaction, when the e1 ``grpo`` and ``dr_grpo`` cells of the same seeds were evaluated in
+the same OUT) and ``minimind-trl plot``.
+
+Layout of ``OUT``::
+
+    runs/<protocol>/<condition>-seed<S>/   run folders (see docs/recipes.md)
+    eval/<protocol>/sft/                   the SFT baseline's eval folder
+    eval/<protocol>/<condition>-seed<S>/   eval folders (records.jsonl, metrics.json, eval_manifest.json)
+    summary/<protocol>/                    summary.json / .md, failures (rewritten by every sweep)
+    plots/<protocol>/                      PNG figures (rewritten by every sweep)
+    logs/<protocol>/<name>.log             output of every command the sweep ran (appended)
+    sweep-<protocol>.json                  what the last sweep did: commands, actions, exit codes, times
+
+Reruns are safe. A run folder whose ``status.json`` says ``completed`` is skipped; one with a
+manifest but no completed status (killed or interrupted) is resumed with ``--resume`` from its
+newest checkpoint; one that stopped on a non-finite value is reported and left alone. A run folder
+is reused only if its manifest's ``recipe_sha256`` equals the recipe the sweep would run now (same
+recipe file, data, checkpoint, seed and ``--set`` values); otherwise the sweep refuses before
+running anything. A non-empty run folder without a manifest is refused too, unless it holds only
+what ``train`` writes before its manifest (``initial_model/``), which is removed. Eval folders are
+written in ``.staging-<name>/`` and renamed when complete; a finished one is reused only if it
+evaluated the same weights (SHA-256) with the same decoding settings. Summary and plots are derived
+files and are rewritten every time. ``--conditions`` limits what is trained and evaluated; the
+summary still includes the protocol's other conditions already evaluated in OUT for these seeds,
+when their run matches the recipe the sweep would run (same checks as above).
+
+Exit status: 0 when every condition trained and was evaluated, 1 when some command failed (the
+others still ran; see the log named in the message), 2 for bad arguments or a conflicting OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "e1": ("grpo", "cispo", "dr_grpo", "gspo"),
+    "e2": ("zscore_fixed_length", "center_seq_mean"),
+    "e3": ("grpo", "cispo", "dr_grpo", "gspo"),
+    "e4": ("grpo_reward_model",),
+}
+# e2's 2x2 cells: summarize --interaction cell -> (protocol, condition)
+E2_CELLS = {
+    "zscore_seqmean": ("e1", "grpo"),
+    "zscore_fixedL": ("e2", "zscore_fixed_length"),
+    "center_seqmean": ("e2", "center_seq_mean"),
+    "center_fixedL": ("e1", "dr_grpo"),
+}
+BASELINE = "sft"
+PREFIX = "minimind-trl sweep"
+_PRE_MANIFEST = {"initial_model", ".staging-initial_model"}  # what `train` writes before its manifest
+_IGNORED_DECODING = ("batch_size", "device", "greedy", "dtype")  # run-time choices and fixed values: not compared
+
+Runner = Callable[[list[str], Path], int]
+
+
+class SweepError(RuntimeError):
+    """Bad arguments or an output folder the sweep must not touch."""
+
+
+@dataclass
+class Condition:
+    """One (condition, seed) of the sweep and what happened to it."""
+
+    name: str
+    seed: int
+    recipe: str
+    run_dir: str
+    eval_dir: str
+    recipe_sha256: str = ""
+    action: str = ""  # train | resume | skip | stopped | failed; other | stale (outside --conditions)
+    rc: int | None = None
+    seconds: float | None = None
+    eval_action: str = ""  # eval | skip | failed | none
+    eval_rc: int | None = None
+    log: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-seed{self.seed}"
+
+
+@dataclass
+class Plan:
+    protocol: str
+    recipes_dir: str
+    data: str
+    sft: str
+    out: str
+    seeds: list[int]
+    overrides: list[str]
+    conditions: list[Condition] = field(default_factory=list)  # every condition x seed of the protocol
+
+
+# ----------------------------------------------------------------------------------- arguments
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"expected distinct seeds, got {text!r}")
+    return seeds
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PREFIX,
+        description="Train a protocol's conditions one after another (each in a fresh process), evaluate them and "
+                    "the SFT baseline on the test split, then summarise and plot. Reruns skip completed "
+                    "conditions and resume interrupted ones.",
+        epilog="Exit status: 0 all done, 1 some command failed, 2 bad arguments or a conflicting output folder.",
+    )
+    parser.add_argument("protocol",
+                        help=f"{', '.join(PROTOCOLS)}, or a folder of recipe YAML files (one per condition)")
+    parser.add_argument("--data", required=True, help="split folder (train/val/test.jsonl + manifest.json)")
+    parser.add_argument("--sft", required=True, help="Hub-format start checkpoint (an E0 SFT run's final/)")
+    parser.add_argument("--output-dir", required=True, help="sweep folder (runs/, eval/, summary/, plots/, logs/)")
+    parser.add_argument("--seeds", type=_seeds, default=[42], help="comma-separated seeds (default: 42)")
+    parser.add_argument("--conditions", default=None, help="comma-separated subset of the protocol's conditions")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="recipe override for every condition (repeatable), as for minimind-trl train")
+    parser.add_argument("--recipes", default=None, help="recipes root holding <protocol>/<condition>.yaml")
+    parser.add_argument("--launcher", default=None,
+                        help='prefix of the train command, e.g. "torchrun --nproc_per_node 4" '
+                             '(then runs -m minimind_trl.cli)')
+    parser.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
+    parser.add_argument("--eval-limit", type=int, default=None, help="evaluate only the first N questions")
+    parser.add_argument("--eval-batch-size", type=int, default=16)
+    parser.add_argument("--eval-max-new-tokens", type=int, default=256, help="per assistant turn")
+    parser.add_argument("--eval-max-tool-turns", type=int, default=3)
+    parser.add_argument("--eval-device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
+    parser.add_argument("--n-resamples", type=int, default=None,
+                        help="bootstrap resamples (summarize's default if unset)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    return parser
+
+
+def _default_recipes_root(protocol: str) -> Path:
+    local = Path("recipes")
+    if (local / protocol).is_dir():
+        return local
+    return Path(__file__).resolve().parent.parent / "recipes"
+
+
+def resolve_conditions(protocol: str, recipes: str | None,
+                       subset: str | None) -> tuple[str, Path, list[tuple[str, Path]]]:
+    """(protocol name, recipes folder, [(condition, recipe file)]) of a protocol name or a folder."""
+    given = Path(protocol)
+    if given.is_dir():
+        name, folder = given.resolve().name, given
+        found = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        conditions = [(p.stem, p) for p in found]
+        if not conditions:
+            raise SweepError(f"{folder} holds no recipe (*.yaml)")
+    elif protocol in PROTOCOLS:
+        name = protocol
+        folder = (Path(recipes) if recipes else _default_recipes_root(protocol)) / protocol
+        conditions = [(c, folder / f"{c}.yaml") for c in PROTOCOLS[protocol]]
+        missing = [str(p) for _, p in conditions if not p.is_file()]
+        if missing:
+            raise SweepError(f"protocol {protocol}: recipe(s) not found: {', '.join(missing)} (see --recipes)")
+    else:
+        raise SweepError(f"unknown protocol {protocol!r}: use one of {', '.join(PROTOCOLS)} or a folder of recipes")
+    if BASELINE in [c for c, _ in conditions]:
+        raise SweepError(f"a condition may not be called {BASELINE!r} (the baseline's name)")
+    if subset:
+        wanted = [c.strip() for c in subset.split(",") if c.strip()]
+        known = [c for c, _ in conditions]
+        unknown = [c for c in wanted if c not in known]
+        if unknown or not wanted:
+            raise SweepError(f"--conditions: unknown condition(s) {unknown}; {name} has {known}")
+        conditions = [(c, p) for c, p in conditions if c in wanted]
+    return name, folder, conditions
+
+
+def sweep_overrides(data: str, sft: str, seed: int, user: list[str]) -> list[str]:
+    """The ``--set`` values of one condition: data, start checkpoint, seed, then the user's."""
+    for text in user:
+        key = text.partition("=")[0].strip()
+        if key == "seed":
+            raise SweepError("--set seed=...: use --seeds")
+    return [f"data.path={data}", f"model.path={sft}", "model.preset=null", "model.native=null", "model.config={}",
+            f"seed={seed}", *user]
+
+
+# ----------------------------------------------------------------------------------- planning
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def run_state(run_dir: Path) -> str:
+    """``new``, ``completed``, ``stopped``, ``interrupted`` (manifest, not completed),
+    ``pre_manifest`` (only what train writes before its manifest) or ``foreign``."""
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return "new"
+    if not run_dir.is_dir():
+        return "foreign"
+    if (run_dir / "manifest.json").is_file():
+        status = _read_json(run_dir / "status.json") or {}
+        if status.get("state") == "completed" and (run_dir / "final" / "config.json").is_file():
+            return "completed"
+        return "stopped" if status.get("state") == "stopped" else "interrupted"
+    if {p.name for p in run_dir.iterdir()} <= _PRE_MANIFEST:
+        return "pre_manifest"
+    return "foreign"
+
+
+def plan_sweep(args: argparse.Namespace) -> Plan:
+    """Resolve everything and check every run folder before anything runs; raises SweepError.
+
+    Conditions outside ``--conditions`` are planned as ``other``: never trained or evaluated, but
+    their finished evaluations go into the summary when their run matches the recipe (else
+    ``stale``, left out)."""
+    from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
+
+    name, folder, everything = resolve_conditions(args.protocol, args.recipes, None)
+    selected = {c for c, _ in resolve_conditions(args.protocol, args.recipes, args.conditions)[2]}
+    data, sft, out = (str(Path(p).resolve()) for p in (args.data, args.sft, args.output_dir))
+    if not (Path(data) / "manifest.json").is_file():
+        raise SweepError(f"--data {args.data}: not a split folder (no manifest.json; see minimind-trl data prepare)")
+    if not (Path(sft) / "config.json").is_file():
+        raise SweepError(f"--sft {args.sft}: not a Hub-format checkpoint folder (no config.json)")
+    plan = Plan(protocol=name, recipes_dir=str(folder), data=data, sft=sft, out=out, seeds=list(args.seeds),
+                overrides=list(args.overrides))
+    settings = eval_settings(args)
+    problems = []
+    for seed in args.seeds:
+        for condition, recipe_path in everything:
+            cond = Condition(name=condition, seed=seed, recipe=str(recipe_path.resolve()),
+                             run_dir=str(Path(out, "runs", name, f"{condition}-seed{seed}")),
+                             eval_dir=str(Path(out, "eval", name, f"{condition}-seed{seed}")))
+            try:
+                recipe = load_recipe(recipe_path, sweep_overrides(data, sft, seed, plan.overrides))
+            except (RecipeError, FileNotFoundError) as exc:
+                raise SweepError(f"{recipe_path}: {exc}") from None
+            cond.recipe_sha256 = recipe_sha256(recipe)
+            state = run_state(Path(cond.run_dir))
+            manifest = _read_json(Path(cond.run_dir) / "manifest.json") or {}
+            if condition not in selected:
+                cond.action = "other" if state == "completed" and manifest.get("recipe_sha256") == cond.recipe_sha256 \
+                    else "stale"
+                if cond.action == "other":
+                    try:
+                        eval_done(Path(cond.eval_dir), Path(cond.run_dir, "final"), settings)
+                    except SweepError:
+                        cond.action = "stale"
+                plan.conditions.append(cond)
+                continue
+            if state in ("completed", "interrupted", "stopped") and manifest.get("recipe_sha256") != cond.recipe_sha256:
+                old = manifest.get("recipe", {})
+                changed = sorted(k for k in set(old) | set(recipe) if old.get(k) != recipe.get(k))
+                problems.append(f"{cond.run_dir}: ran a different recipe (differs in {changed}); "
+                                "use another --output-dir or the same --set values")
+                continue
+            if state == "foreign":
+                problems.append(f"{cond.run_dir}: not empty and not a run folder (no manifest.json); "
+                                "refusing to touch it")
+                continue
+            cond.action = {"new": "train", "pre_manifest": "train", "completed": "skip",
+                           "interrupted": "resume", "stopped": "stopped"}[state]
+            plan.conditions.append(cond)
+    checks = [(Path(plan.sft), Path(out, "eval", name, BASELINE))]
+    for cond in plan.conditions:
+        if cond.action == "skip":
+            checks.append((Path(cond.run_dir, "final"), Path(cond.eval_dir)))
+        elif cond.action in ("train", "resume", "stopped") and Path(cond.eval_dir).exists() \
+                and any(Path(cond.eval_dir).iterdir()):
+            problems.append(f"{cond.eval_dir}: an evaluation of a run that is not complete; refusing to reuse it")
+    for checkpoint, eval_dir in checks:
+        try:
+            eval_done(eval_dir, checkpoint, settings)
+        except SweepError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise SweepError("refusing to run:\n  " + "\n  ".join(problems))
+    return plan
+
+
+# ----------------------------------------------------------------------------------- running
+
+
+def subprocess_runner(launcher: str | None = None) -> Runner:
+    """Runs ``minimind-trl ARGS`` in a fresh process (the train command under ``launcher`` if
+    given), its output appended to the log file; returns the exit code."""
+
+    def run(args: list[str], log: Path) -> int:
+        if launcher and args[0] == "train":
+            command = [*shlex.split(launcher), "-m", "minimind_trl.cli", *args]
+        else:
+            command = [sys.executable, "-m", "minimind_trl.cli", *args]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"\n=== {_now()} $ {shlex.join(command)}\n")
+            handle.flush()
+            return subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
+
+    return run
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _say(text: str) -> None:
+    print(f"[sweep] {text}", flush=True)
+
+
+def _log_path(plan: Plan, name: str) -> Path:
+    return Path(plan.out, "logs", plan.protocol, f"{name}.log")
+
+
+def train_condition(plan: Plan, cond: Condition, run: Runner) -> None:
+    if cond.action in ("skip", "stopped"):
+        note = "completed earlier" if cond.action == "skip" else "stopped on a non-finite value earlier (not resumed)"
+        _say(f"{cond.label}: {note} ({cond.run_dir})")
+        return
+    run_dir = Path(cond.run_dir)
+    if cond.action == "train" and run_dir.is_dir():  # only pre-manifest leftovers (checked by plan_sweep)
+        for leftover in run_dir.iterdir():
+            shutil.rmtree(leftover, ignore_errors=True)
+    args = ["train", cond.recipe, "--output-dir", cond.run_dir]
+    for text in sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides):
+        args += ["--set", text]
+    if cond.action == "resume":
+        args.append("--resume")
+    log = _log_path(plan, f"{cond.label}.train")
+    cond.log = str(log)
+    _say(f"{cond.label}: {'resuming' if cond.action == 'resume' else 'training'} -> {cond.run_dir}")
+    started = time.perf_counter()
+    cond.rc = run(args, log)
+    cond.seconds = round(time.perf_counter() - started, 1)
+    if cond.rc != 0 or run_state(run_dir) != "completed":
+        cond.action = "failed" if run_state(run_dir) != "stopped" else "stopped"
+        _say(f"{cond.label}: train exited with {cond.rc} after {cond.seconds} s; see {log}")
+    else:
+        _say(f"{cond.label}: completed in {cond.seconds} s")
+
+
+def eval_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {"split": args.eval_split, "limit": args.eval_limit, "batch_size": args.eval_batch_size,
+            "max_new_tokens": args.eval_max_new_tokens, "max_tool_turns": args.eval_max_tool_turns,
+            "device": args.eval_device}
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def eval_done(eval_dir: Path, checkpoint: Path, settings: dict[str, Any]) -> bool:
+    """True if ``eval_dir`` holds a finished evaluation of these weights with these settings;
+    False if there is none; SweepError if it holds a different one."""
+    from minimind_trl.eval.checkpoints import resolve_checkpoint
+
+    if eval_dir.is_dir() and not any(eval_dir.iterdir()):
+        eval_dir.rmdir()
+    if not eval_dir.exists():
+        return False
+    manifest = _read_json(eval_dir / "eval_manifest.json")
+    if manifest is None:
+        raise SweepError(f"{eval_dir}: not empty and not an eval folder (no eval_manifest.json); refusing to touch it")
+    sha = resolve_checkpoint(checkpoint).sha256
+    if manifest.get("checkpoint", {}).get("sha256") != sha:
+        raise SweepError(f"{eval_dir}: evaluated other weights than {checkpoint} (SHA-256 differs)")
+    decoding = {k: v for k, v in manifest.get("decoding", {}).items() if k not in _IGNORED_DECODING}
+    wanted = {"max_new_tokens": settings["max_new_tokens"], "max_tool_turns": settings["max_tool_turns"],
+              "open_thinking": False, "limit": settings["limit"]}
+    split = manifest.get("split", {}).get("name")
+    if any(decoding.get(k) != v for k, v in wanted.items()) or split != settings["split"]:
+        raise SweepError(f"{eval_dir}: evaluated with other settings ({decoding}, split {split!r}); "
+                         "use another --output-dir")
+    return True
+
+
+def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: dict[str, Any],
+             run: Runner) -> tuple[str, int | None]:
+    """Evaluate ``checkpoint`` into ``eval_dir`` (through a staging folder); (action, exit code)."""
+    if eval_done(eval_dir, checkpoint, settings):
+        _say(f"{name}: evaluated earlier ({eval_dir})")
+        return "skip", None
+    staging = eval_dir.with_name(f".staging-{eval_dir.name}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    args = ["eval", "--checkpoint", str(checkpoint), "--split-dir", plan.data, "--split", settings["split"],
+            "--output-dir", str(staging), "--batch-size", str(settings["batch_size"]),
+            "--max-new-tokens", str(settings["max_new_tokens"]), "--max-tool-turns", str(settings["max_tool_turns"]),
+            "--device", _device(settings["device"])]
+    if settings["limit"] is not None:
+        args += ["--limit", str(settings["limit"])]
+    log = _log_path(plan, f"{name}.eval")
+    _say(f"{name}: evaluating {checkpoint} on {settings['split']}")
+    rc = run(args, log)
+    if rc != 0 or not (staging / "eval_manifest.json").is_file():
+        _say(f"{name}: eval exited with {rc}; see {log}")
+        return "failed", rc
+    os.replace(staging, eval_dir)
+    return "eval", rc
+
+
+def _evaluated(eval_dir: str | Path) -> bool:
+    return (Path(eval_dir) / "eval_manifest.json").is_file()
+
+
+def interaction_specs(plan: Plan, own: dict[str, list[tuple[int, str]]]) -> tuple[list[str], str | None]:
+    """For e2: the e1 cells' eval folders (same seeds, same SFT baseline) and the --interaction value."""
+    if plan.protocol != "e2":
+        return [], None
+    baseline = _read_json(Path(plan.out, "eval", "e2", BASELINE, "eval_manifest.json")) or {}
+    e1_baseline = _read_json(Path(plan.out, "eval", "e1", BASELINE, "eval_manifest.json")) or {}
+    if e1_baseline.get("checkpoint", {}).get("sha256") != baseline.get("checkpoint", {}).get("sha256"):
+        return [], None  # no e1 sweep here, or one from another SFT checkpoint
+    specs, cells = [], {}
+    for cell, (protocol, condition) in E2_CELLS.items():
+        if protocol == "e2":
+            if not own.get(condition):
+                return [], None
+        else:
+            found = [(s, Path(plan.out, "eval", "e1", f"{condition}-seed{s}")) for s in plan.seeds]
+            found = [(s, p) for s, p in found if _evaluated(p)]
+            if not found:
+                return [], None
+            specs += [f"{condition}@{s}={p}" for s, p in found]
+        cells[cell] = condition
+    return specs, ",".join(f"{cell}={condition}" for cell, condition in cells.items())
+
+
+def summarize_and_plot(plan: Plan, args: argparse.Namespace, run: Runner) -> dict[str, Any]:
+    """``minimind-trl summarize`` and ``plot`` over the evaluated conditions; returns what was written."""
+    baseline_dir = Path(plan.out, "eval", plan.protocol, BASELINE)
+    own: dict[str, list[tuple[int, str]]] = {}  # evaluated conditions (this sweep's, and matching others)
+    for cond in plan.conditions:
+        if cond.action != "stale" and _evaluated(cond.eval_dir):
+            own.setdefault(cond.name, []).append((cond.seed, cond.eval_dir))
+    result: dict[str, Any] = {"summary": None, "plots": None}
+    if not own or not _evaluated(baseline_dir):
+        _say("nothing to summarise (no evaluated condition, or no baseline)")
+        return result
+    specs = [f"{BASELINE}={baseline_dir}"]
+    specs += [f"{name}@{seed}={path}" for name, items in own.items() for seed, path in items]
+    extra, interaction = interaction_specs(plan, own)
+    specs += extra
+    summary_dir = Path(plan.out, "summary", plan.protocol)
+    command = ["summarize", *specs, "--output-dir", str(summary_dir), "--baseline", BASELINE, "--overwrite"]
+    if interaction:
+        command += ["--interaction", interaction]
+    if args.n_resamples is not None:
+        command += ["--n-resamples", str(args.n_resamples)]
+    log = _log_path(plan, "summarize")
+    if run(command, log) != 0:
+        _say(f"summarize failed; see {log}")
+        result["failed"] = "summarize"
+        return result
+    result["summary"] = str(summary_dir / "summary.md")
+    result["interaction"] = interaction
+    _say(f"summary: {summary_dir / 'summary.md'}" + (" (with the 2x2 interaction)" if interaction else ""))
+    runs = [c.run_dir for c in plan.conditions if c.action != "stale" and _evaluated(c.eval_dir)
+            and run_state(Path(c.run_dir)) == "completed"]
+    plots_dir = Path(plan.out, "plots", plan.protocol)
+    log = _log_path(plan, "plot")
+    if run(["plot", "--runs", *runs, "--summary", str(summary_dir / "summary.json"), "--output-dir", str(plots_dir)],
+           log) != 0:
+        _say(f"plot failed; see {log}")
+        result["failed"] = "plot"
+        return result
+    result["plots"] = str(plots_dir)
+    _say(f"plots: {plots_dir}")
+    return result
+
+
+def write_record(plan: Plan, argv: list[str], started: str, extra: dict[str, Any]) -> Path:
+    from minimind_trl.data.manifest import write_json_atomic
+
+    path = Path(plan.out, f"sweep-{plan.protocol}.json")
+    record = {"protocol": plan.protocol, "argv": argv, "started": started, "finished": _now(),
+              "recipes_dir": plan.recipes_dir, "data": plan.data, "sft": plan.sft, "seeds": plan.seeds,
+              "overrides": plan.overrides, "conditions": [asdict(c) for c in plan.conditions], **extra}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, record)
+    return path
+
+
+def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
+    started = _now()
+    plan = plan_sweep(args)
+    settings = eval_settings(args)
+    if args.dry_run:
+        for cond in plan.conditions:
+            print(f"{cond.label}: {cond.action}  {cond.recipe} -> {cond.run_dir}")
+        return 0
+    Path(plan.out).mkdir(parents=True, exist_ok=True)
+    failed = False
+    baseline_dir = Path(plan.out, "eval", plan.protocol, BASELINE)
+    mine = [cond for cond in plan.conditions if cond.action not in ("other", "stale")]
+    for cond in mine:
+        train_condition(plan, cond, run)
+        write_record(plan, argv, started, {})
+    baseline_action, _ = evaluate(plan, BASELINE, Path(plan.sft), baseline_dir, settings, run)
+    failed |= baseline_action == "failed"
+    for cond in mine:
+        if run_state(Path(cond.run_dir)) != "completed":
+            cond.eval_action = "none"
+            failed = True
+            continue
+        cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, Path(cond.run_dir, "final"), Path(cond.eval_dir),
+                                                  settings, run)
+        failed |= cond.eval_action == "failed"
+        write_record(plan, argv, started, {})
+    outputs = summarize_and_plot(plan, args, run)
+    failed |= "failed" in outputs
+    record = write_record(plan, argv, started, {"baseline_eval": str(baseline_dir), **outputs})
+    _say(f"record: {record}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
+    """``minimind-trl sweep`` (see the module docstring). ``runner`` replaces the subprocess that
+    runs each ``minimind-trl`` command (tests run them in-process)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    try:
+        return sweep(args, argv, runner or subprocess_runner(args.launcher))
+    except SweepError as exc:
+        print(f"{PREFIX}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""``minimind-trl sweep`` on a tiny protocol: it completes, skips a completed condition on rerun,
+resumes an interrupted one, and refuses to touch what it did not make.
+
+The commands run in-process (``main(argv, runner=...)``) to keep the test fast; the subprocess
+runner itself is checked separately, and tests/test_smoke_e2e.py drives the real CLI end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
+
+from minimind_trl import sweep
+from minimind_trl.cli import main as cli_main
+from minimind_trl.data.generator import generate_tasks
+from minimind_trl.data.manifest import write_jsonl_atomic, write_json_atomic
+from minimind_trl.data.splits import prepare_splits
+from minimind_trl.trainer.callbacks import read_metrics
+from minimind_trl.trainer.run import read_status
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+EVAL = ["--eval-limit", "3", "--eval-max-new-tokens", "8", "--eval-max-tool-turns", "1", "--eval-device", "cpu",
+        "--n-resamples", "200"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models; two threads on a busy 2-core host are ~100x slower per matmul
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A split folder, a tiny "SFT" checkpoint and a two-condition protocol folder (2 steps each)."""
+    from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+
+    root = tmp_path_factory.mktemp("sweep")
+    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(24, seed=11))
+    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=42, sizes=[16, 4, 4])
+    torch.manual_seed(0)
+    sft = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), tiny_tokenizer(), root / "sft")
+    protocol = root / "tiny_protocol"
+    protocol.mkdir()
+    raw = yaml.safe_load((RECIPES / "smoke_grpo.yaml").read_text(encoding="utf-8"))
+    raw["tokenizer"]["path"] = tiny_tokenizer_path()
+    raw["rollout"].update(max_completion_length=8, max_tool_turns=1)
+    raw["training"].update(max_steps=2, num_iterations=1, save_steps=1)
+    for objective in ("grpo", "cispo"):
+        raw["objective"]["preset"] = objective
+        (protocol / f"{objective}.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return root, protocol, sft
+
+
+class Recorder:
+    """In-process runner that remembers every command."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def __call__(self, args: list[str], log: Path) -> int:
+        self.calls.append(list(args))
+        return cli_main(args)
+
+    def trained(self) -> list[tuple[str, bool]]:
+        return [(Path(c[c.index("--output-dir") + 1]).name, "--resume" in c) for c in self.calls if c[0] == "train"]
+
+
+def _argv(setup, out: Path, *extra: str) -> list[str]:
+    root, protocol, sft = setup
+    return [str(protocol), "--data", str(root / "splits"), "--sft", str(sft), "--output-dir", str(out), *EVAL, *extra]
+
+
+def test_sweep_completes_skips_and_resumes(setup, tmp_path):
+    out = tmp_path / "out"
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out), runner=runner) == 0
+    assert runner.trained() == [("cispo-seed42", False), ("grpo-seed42", False)]
+    assert [c[0] for c in runner.calls] == ["train", "train", "eval", "eval", "eval", "summarize", "plot"]
+    runs, evals = out / "runs" / "tiny_protocol", out / "eval" / "tiny_protocol"
+    for name in ("cispo-seed42", "grpo-seed42"):
+        assert read_status(runs / name)["state"] == "completed"
+        manifest = json.loads((runs / name / "manifest.json").read_text())
+        assert manifest["seed"] == 42 and manifest["recipe"]["model"]["path"] == str(setup[2].resolve())
+        assert (evals / name / "eval_manifest.json").is_file()
+    assert (evals / "sft" / "eval_manifest.json").is_file()
+    summary = json.loads((out / "summary" / "tiny_protocol" / "summary.json").read_text())
+    assert summary["baseline"] == "sft" and set(summary["conditions"]) == {"sft", "cispo", "grpo"}
+    assert summary["n_questions"] == 3 and list((out / "plots" / "tiny_protocol").glob("*.png"))
+    record = json.loads((out / "sweep-tiny_protocol.json").read_text())
+    assert [c["action"] for c in record["conditions"]] == ["train", "train"]
+    assert not list(evals.glob(".staging-*"))
+
+    # Rerun: nothing to train or evaluate; the summary and plots are rewritten.
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out), runner=runner) == 0
+    assert [c[0] for c in runner.calls] == ["summarize", "plot"]
+    record = json.loads((out / "sweep-tiny_protocol.json").read_text())
+    assert [(c["action"], c["eval_action"]) for c in record["conditions"]] == [("skip", "skip"), ("skip", "skip")]
+
+    # Interrupt cispo after its first checkpoint: what a killed run leaves behind.
+    cispo = runs / "cispo-seed42"
+    shutil.rmtree(cispo / "final")
+    shutil.rmtree(cispo / "checkpoint-2")
+    shutil.rmtree(evals / "cispo-seed42")
+    write_json_atomic(cispo / "status.json", {"state": "running"})
+    before = read_metrics(cispo / "metrics.jsonl")
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out), runner=runner) == 0
+    assert runner.trained() == [("cispo-seed42", True)]
+    assert [c[0] for c in runner.calls] == ["train", "eval", "summarize", "plot"]
+    assert read_status(cispo)["state"] == "completed"
+    manifest = json.loads((cispo / "manifest.json").read_text())
+    assert len(manifest["resumes"]) == 1 and manifest["resumes"][0]["checkpoint"].endswith("checkpoint-1")
+    after = read_metrics(cispo / "metrics.jsonl")
+    assert [r["step"] for r in after] == [1, 2] and after[0] == before[0]
+    record = json.loads((out / "sweep-tiny_protocol.json").read_text())
+    assert [c["action"] for c in record["conditions"]] == ["resume", "skip"]
+
+    # Only grpo selected: nothing to do for it, and cispo's finished evaluation stays in the summary.
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out, "--conditions", "grpo"), runner=runner) == 0
+    assert [c[0] for c in runner.calls] == ["summarize", "plot"]
+    assert [a.split("=")[0] for a in runner.calls[0][1:4]] == ["sft", "cispo@42", "grpo@42"]
+    record = json.loads((out / "sweep-tiny_protocol.json").read_text())
+    assert [c["action"] for c in record["conditions"]] == ["other", "skip"]
+
+    # A different --set value would silently reuse stale runs: refused before anything runs.
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out, "--set", "training.learning_rate=0.5"), runner=runner) == 2
+    assert runner.calls == []
+
+
+def test_sweep_refuses_foreign_folders_and_bad_arguments(setup, tmp_path, capsys):
+    out = tmp_path / "out"
+    stray = out / "runs" / "tiny_protocol" / "grpo-seed42"
+    stray.mkdir(parents=True)
+    (stray / "notes.txt").write_text("mine")
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out), runner=runner) == 2
+    assert "not a run folder" in capsys.readouterr().err and runner.calls == []
+    assert (stray / "notes.txt").read_text() == "mine"
+
+    assert sweep.main(_argv(setup, tmp_path / "o2", "--conditions", "grpo,ppo"), runner=runner) == 2
+    assert "unknown condition(s) ['ppo']" in capsys.readouterr().err
+    assert sweep.main(_argv(setup, tmp_path / "o3", "--set", "seed=1"), runner=runner) == 2
+    assert "use --seeds" in capsys.readouterr().err
+    assert sweep.main(_argv(setup, tmp_path / "o4", "--set", "rollout.group_sise=2"), runner=runner) == 2
+    assert "unknown key rollout.group_sise" in capsys.readouterr().err
+    assert sweep.main(["e9", "--data", "d", "--sft", "s", "--output-dir", "o"], runner=runner) == 2
+    assert runner.calls == []
+
+
+def test_pre_manifest_leftovers_are_cleared_and_dry_run_plans(setup, tmp_path, capsys):
+    out = tmp_path / "out"
+    leftover = out / "runs" / "tiny_protocol" / "grpo-seed42" / "initial_model"
+    leftover.mkdir(parents=True)
+    (leftover / "config.json").write_text("{}")
+    assert sweep.main(_argv(setup, out, "--dry-run", "--seeds", "1,2", "--conditions", "grpo"), runner=Recorder()) == 0
+    plan = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]
+    assert plan == [["cispo-seed1:", "stale"], ["grpo-seed1:", "train"], ["cispo-seed2:", "stale"],
+                    ["grpo-seed2:", "train"]]  # cispo is not selected and has no run to summarise
+    assert sweep.run_state(leftover.parent) == "pre_manifest"
+
+
+def test_known_protocols_resolve_to_the_shipped_recipes():
+    for protocol, conditions in sweep.PROTOCOLS.items():
+        name, folder, found = sweep.resolve_conditions(protocol, str(RECIPES), None)
+        assert name == protocol and [c for c, _ in found] == list(conditions)
+        assert all(path.is_file() for _, path in found)
+    _, _, subset = sweep.resolve_conditions("e1", str(RECIPES), "gspo,grpo")
+    assert [c for c, _ in subset] == ["grpo", "gspo"]  # protocol order
+
+
+def test_e2_summary_pulls_in_the_e1_cells(tmp_path):
+    out = tmp_path / "out"
+
+    def fake_eval(protocol: str, name: str, sha: str = "s" * 64) -> Path:
+        folder = out / "eval" / protocol / name
+        folder.mkdir(parents=True)
+        (folder / "eval_manifest.json").write_text(json.dumps({"checkpoint": {"sha256": sha}}))
+        return folder
+
+    plan = sweep.Plan(protocol="e2", recipes_dir="r", data="d", sft="s", out=str(out), seeds=[42, 43], overrides=[])
+    fake_eval("e2", "sft")
+    own = {"zscore_fixed_length": [(42, "a")], "center_seq_mean": [(42, "b")]}
+    assert sweep.interaction_specs(plan, own) == ([], None)  # no e1 sweep here
+    fake_eval("e1", "sft")
+    grpo, dr_grpo = fake_eval("e1", "grpo-seed42"), fake_eval("e1", "dr_grpo-seed43")
+    specs, cells = sweep.interaction_specs(plan, own)
+    assert specs == [f"grpo@42={grpo}", f"dr_grpo@43={dr_grpo}"]
+    assert cells == ("zscore_seqmean=grpo,zscore_fixedL=zscore_fixed_length,center_seqmean=center_seq_mean,"
+                     "center_fixedL=dr_grpo")
+    (out / "eval" / "e1" / "sft" / "eval_manifest.json").write_text(json.dumps({"checkpoint": {"sha256": "x"}}))
+    assert sweep.interaction_specs(plan, own) == ([], None)  # e1 started from another SFT checkpoint
+
+
+def test_subprocess_runner_logs_and_uses_the_launcher(tmp_path):
+    log = tmp_path / "logs" / "x.log"
+    assert sweep.subprocess_runner()(["--version"], log) == 0
+    assert "minimind-trl --version" not in log.read_text() and "-m minimind_trl.cli --version" in log.read_text()
+    launched = sweep.subprocess_runner(f"{sys.executable}")(["train", "--help"], log)
+    assert launched == 0 and "usage: minimind-trl train" in log.read_text()
