@@ -1,31 +1,21 @@
-"""Small file helpers for evaluation outputs: atomic writes, JSONL, SHA256."""
+"""Small file helpers for evaluation outputs: key-sorted JSON / JSONL (so reruns are byte-identical)
+on top of the package's atomic writer and SHA-256 (``minimind_trl.data.manifest``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
+
+from minimind_trl.data.manifest import sha256_file, write_text_atomic
+
+__all__ = ["atomic_write_text", "atomic_write_json", "atomic_write_jsonl", "read_jsonl", "sha256_file"]
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then ``os.replace`` it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -53,12 +43,3 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             rows.append(row)
     return rows
-
-
-def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
-    """Hex SHA256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(chunk_size), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
