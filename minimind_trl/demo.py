@@ -6,12 +6,15 @@
 2. tokenizer build the 6400-id byte-level BPE tokenizer from project data (rendered gold
              trajectories of generated tasks and the package's general text) with
              ``minimind-trl tokenizer build``;
-3. sft       SFT a small MiniMind (``demo`` preset, ~5M parameters) from random init on gold
-             tool-use trajectories of the training split (``recipes/demo/sft.yaml``);
-4. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, same seed, same rollout
+3. pretrain  next-token pretraining of a small MiniMind (``demo`` preset, ~5M parameters) from
+             random init on short plain-text solutions of the training split
+             (``recipes/demo/pretrain.yaml``): cheap, and dense in number copying;
+4. sft       SFT on gold tool-use trajectories of the training split (``recipes/demo/sft.yaml``,
+             assistant-only loss);
+5. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, same seed, same rollout
              budget (``recipes/demo/rl.yaml`` with ``objective.preset`` set per condition);
-5. eval      frozen greedy evaluation of all five checkpoints on the test split;
-6. summary   ``summary.md`` with paired-bootstrap CIs against SFT, and PNG plots.
+6. eval      frozen greedy evaluation of all five checkpoints on the test split;
+7. summary   ``summary.md`` with paired-bootstrap CIs against SFT, and PNG plots.
 
 Every heavy stage is the public command a user would type (``minimind-trl train``, ``eval``,
 ``summarize``, ``plot``), run in a child process, so the demo exercises exactly the documented
@@ -42,16 +45,18 @@ class DemoSize:
     num_tasks: int  # generated before de-duplication and splitting
     val_size: int
     test_size: int
+    pretrain_epochs: float
+    sft_rows: int  # gold trajectories used for SFT (the first N of the training split)
     sft_epochs: float
     rl_rollouts: int  # rollouts per RL condition (each = K optimizer updates)
     eval_batch_size: int
 
 
 SIZES = {
-    "full": DemoSize(num_tasks=3000, val_size=100, test_size=300, sft_epochs=3.0, rl_rollouts=40,
-                     eval_batch_size=50),
-    "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, sft_epochs=1.0, rl_rollouts=1,
-                      eval_batch_size=30),
+    "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, pretrain_epochs=1.0, sft_rows=1500,
+                     sft_epochs=1.0, rl_rollouts=6, eval_batch_size=50),
+    "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, pretrain_epochs=1.0, sft_rows=120,
+                      sft_epochs=1.0, rl_rollouts=1, eval_batch_size=30),
 }
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
@@ -132,15 +137,28 @@ def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
     prepare_splits([tasks_file], splits, seed=seed, sizes=[train_size, size.val_size, size.test_size])
     # SFT data: one gold trajectory per *training* task (val/test never leak into SFT).
     gold = gold_file_rows(str(splits / "train.jsonl"), registry)
-    sft.mkdir(parents=True)
-    write_jsonl_atomic(sft / "train.jsonl", gold)
-    write_json_atomic(sft / "manifest.json", {
-        "description": "gold SFT trajectories of the demo's training split",
-        "source": {"train.jsonl": sha256_file(splits / "train.jsonl")},
-        "outputs": {"train.jsonl": {"sha256": sha256_file(sft / "train.jsonl"), "rows": len(gold)}},
-    })
-    _log(f"data: {len(tasks)} tasks -> {train_size}/{size.val_size}/{size.test_size} splits, {len(gold)} SFT rows")
+    source = {"train.jsonl": sha256_file(splits / "train.jsonl")}
+    for folder, rows, what in ((sft, gold[: size.sft_rows], "gold SFT trajectories"),
+                               (out / "data" / "pretrain", [{"text": solution_text(g)} for g in gold],
+                                "plain-text solutions (pretraining)")):
+        folder.mkdir(parents=True)
+        write_jsonl_atomic(folder / "train.jsonl", rows)
+        write_json_atomic(folder / "manifest.json", {
+            "description": f"{what} of the demo's training split",
+            "source": source,
+            "outputs": {"train.jsonl": {"sha256": sha256_file(folder / "train.jsonl"), "rows": len(rows)}},
+        })
+    _log(f"data: {len(tasks)} tasks -> {train_size}/{size.val_size}/{size.test_size} splits, "
+         f"{len(gold)} pretraining texts, {min(len(gold), size.sft_rows)} SFT rows")
     return splits
+
+
+def solution_text(gold: dict) -> str:
+    """A gold trajectory as plain text: question, tool-call JSON, tool results, answer (one per line)."""
+    parts = []
+    for message in gold["conversations"][1:]:
+        parts.append(message.get("tool_calls") or message.get("content") or "")
+    return "\n".join(p for p in parts if p)
 
 
 def stage_tokenizer(out: Path, resume: bool) -> Path:
@@ -195,8 +213,13 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False) ->
     splits = stage_data(out, size, seed, resume)
     tokenizer = stage_tokenizer(out, resume)
     common = [f"tokenizer.path={tokenizer}", f"seed={seed}"]
+    pretrained = stage_train(out, "pretrain", RECIPE_DIR / "pretrain.yaml",
+                             [f"data.path={out / 'data' / 'pretrain'}",
+                              f"training.num_train_epochs={size.pretrain_epochs}", *common], resume)
+    _log(f"pretrain done ({time.time() - started:.0f} s so far)")
     sft = stage_train(out, "sft", RECIPE_DIR / "sft.yaml",
-                      [f"data.path={out / 'data' / 'sft'}", f"training.num_train_epochs={size.sft_epochs}", *common],
+                      [f"data.path={out / 'data' / 'sft'}", f"training.num_train_epochs={size.sft_epochs}",
+                       "model.preset=null", f"model.path={pretrained}", *common],
                       resume)
     _log(f"sft done ({time.time() - started:.0f} s so far)")
     checkpoints = {"sft": sft}
