@@ -1,0 +1,42 @@
+"""The README's main command: `minimind-trl demo` (here in its --quick size) runs the whole chain."""
+
+import json
+
+import pytest
+
+from minimind_trl import demo
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert demo.main(["--quick", "--output-dir", str(out)]) == 0
+    summary = json.loads((out / "summary" / "summary.json").read_text())
+    text = (out / "summary" / "summary.md").read_text()
+    for name in ("sft", *demo.CONDITIONS):
+        assert f"| {name} |" in text
+        records = (out / "eval" / name / "records.jsonl").read_text().splitlines()
+        assert len(records) == demo.SIZES["quick"].test_size
+    for name in ("pretrain", "sft", *demo.CONDITIONS):
+        assert json.loads((out / "runs" / name / "status.json").read_text())["state"] == "completed"
+    assert "task_success" in json.dumps(summary)
+    assert any(p.suffix == ".png" and p.stat().st_size > 0 for p in (out / "plots").iterdir())
+    # Every RL condition started from the same SFT weights and trained the same number of steps.
+    for name in demo.CONDITIONS:
+        manifest = json.loads((out / "runs" / name / "manifest.json").read_text())
+        assert manifest["recipe"]["model"]["path"] == str(out / "runs" / "sft" / "final")
+        rows = (out / "runs" / name / "metrics.jsonl").read_text().splitlines()
+        assert len(rows) == 4 and json.loads(rows[0])["max_abs_log_ratio"] == 0.0
+    capsys.readouterr()
+    # A rerun with --resume finds every stage done and trains nothing again.
+    assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
+    log = capsys.readouterr().out
+    assert "already trained, skipping" in log and "$ minimind-trl train" not in log
+
+
+def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
+    out = tmp_path / "demo"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "stray.txt").write_text("x")
+    assert demo.main(["--quick", "--output-dir", str(out)]) == 2
+    assert "not empty" in capsys.readouterr().err
