@@ -97,7 +97,8 @@ class ScriptedGenerate:
 
     For each row of the batch it finds the task (the context starts with the task's prompt ids)
     and the turn (two eos per finished model turn + tool turn after the prompt) and forces that
-    turn's token ids followed by eos. Counts prefill (non-pad context) tokens and calls."""
+    turn's token ids followed by eos. Counts prefill tokens (non-pad context tokens not already in
+    the KV cache the rollout passes in) and calls."""
 
     def __init__(self, model: Any, tokenizer: Any, prompts: list[list[int]], scripts: list[list[list[int]]]):
         self.model = model
@@ -129,7 +130,9 @@ class ScriptedGenerate:
             table[i, : len(script)] = torch.tensor(script)
         self.processor.script = table.to(input_ids.device)
         self.processor.start = input_ids.shape[1]
-        self.prefill_tokens += int(attention_mask.sum())
+        cache = kw.get("cache")
+        cached = cache.get_seq_length() if cache is not None else 0
+        self.prefill_tokens += int(attention_mask[:, cached:].sum())
         self.calls += 1
         return self.original(input_ids=input_ids, attention_mask=attention_mask,
                              generation_config=generation_config,

@@ -32,12 +32,14 @@ SCRIPTS = {
 class ScriptedReplies(LogitsProcessor):
     """Forces the reply of turn k of a row whose context contains a script key to
     ``SCRIPTS[key][k]`` + ``<|im_end|>``; other rows generate freely. Turn k = (eos tokens in
-    the context - 2) / 2 (system and user turns end with eos, then one per model / tool turn)."""
+    the context - 2) / 2 (system and user turns end with eos, then one per model / tool turn).
+    Pad ids are dropped first: the rollout aligns rows with pads inside the sequence."""
 
     def __init__(self, tokenizer, scripts):
         self.tokenizer, self.scripts, self.start, self.targets = tokenizer, scripts, None, None
 
     def _target(self, row_ids):
+        row_ids = [t for t in row_ids if t != self.tokenizer.pad_token_id]
         text = self.tokenizer.decode(row_ids)
         key = next((k for k in self.scripts if k in text), None)
         turn = (row_ids.count(self.tokenizer.eos_token_id) - 2) // 2
@@ -238,3 +240,38 @@ def test_sampling_is_seeded_and_leaves_global_rng(tokenizer, registry, model):
     assert [t.completion_ids for t in first] != [t.completion_ids for t in other]
     assert len({tuple(t.completion_ids) for t in first}) == 3
     assert model.training is False
+
+
+def test_cached_turns_equal_a_full_forward_pass(tokenizer, registry):
+    """The KV cache kept across turns (shared prefix, pads inside the sequence, rows leaving the
+    batch) must give what an uncached model gives: every greedy token of a free turn after a
+    tool turn is the argmax of one plain forward pass over ``prompt_ids + completion_ids``."""
+    torch.manual_seed(1)
+    sharp = MiniMindForCausalLM(get_preset("tiny")).eval()
+    with torch.no_grad():  # large weights: context-dependent, well-separated greedy choices
+        for parameter in sharp.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.2)
+    sharp = scripted(sharp, tokenizer, {"[once]": [CALL.format("3*7")], "[twice]": SCRIPTS["[loop]"][:2],
+                                        "[stop]": ["No tool needed."]})
+    keys = ["[once] a", "[twice] bb", "[stop] ccc", "[once] a much longer question " * 2]
+    tasks = [make_task(registry, f"{k}?", f"t{i}") for i, k in enumerate(keys)]
+    trajectories = rollout(sharp, tokenizer, tasks, registry, max_tool_turns=2, max_new_tokens=48,
+                           batch_size=4, progress=False)
+    checked = 0
+    for traj in trajectories:
+        runs = _runs(traj.completion_ids, traj.action_mask)
+        assert [m for _, m in runs][:2] == [1, 0] or traj.turn_texts == ["No tool needed."]
+        free_start = len(traj.completion_ids) - len(runs[-1][0])  # the last model turn is free
+        if runs[-1][1] != 1 or traj.turn_texts == ["No tool needed."]:
+            continue
+        ids = torch.tensor([traj.prompt_ids + traj.completion_ids])
+        with torch.no_grad():
+            logits = sharp(input_ids=ids).logits[0]
+        p = len(traj.prompt_ids)
+        for position in range(free_start, len(traj.completion_ids)):
+            top2 = logits[p + position - 1].topk(2).values
+            if top2[0] - top2[1] > 1e-3:  # skip float ties
+                assert int(logits[p + position - 1].argmax()) == traj.completion_ids[position]
+                checked += 1
+    assert checked >= 30

@@ -5,7 +5,8 @@
 
 1. Each task's prompt is rendered by the chat template (tools from the system message, the
    trailing empty assistant placeholder dropped, generation prompt with the think prefix).
-2. Up to ``batch_size`` rows are left-padded (pad 0) and generated together with KV cache; a
+2. Up to ``batch_size`` rows are generated together with a KV cache kept across turns (shared
+   prompt prefix encoded once, later turns feed only the new tool-turn ids; see `_roll_chunk`); a
    row's turn ends at its first ``<|im_end|>`` (eos 2), which belongs to the turn.
 3. The turn is parsed exactly as TRL's loop parses it (``trl.chat_template_utils.parse_response``
    with the tokenizer's ``response_template`` and the registry's schemas, which also cast string
@@ -151,25 +152,6 @@ def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
     return full[len(prefix):]
 
 
-def _generate(model: Any, contexts: list[list[int]], config: GenerationConfig) -> list[list[int]]:
-    """New ids [n_new] per context (left-padded batch), cut after the first eos."""
-    device = next(model.parameters()).device
-    width = max(len(c) for c in contexts)
-    input_ids = torch.full((len(contexts), width), config.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(contexts), width), dtype=torch.long)
-    for i, context in enumerate(contexts):
-        input_ids[i, width - len(context):] = torch.tensor(context)
-        attention_mask[i, width - len(context):] = 1
-    output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                            generation_config=config)
-    new_ids = []
-    for row in output[:, width:].tolist():
-        if config.eos_token_id in row:
-            row = row[:row.index(config.eos_token_id) + 1]
-        new_ids.append(row)
-    return new_ids
-
-
 def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: Any,
                registry: ToolRegistry, schemas: list[dict], turn: int, max_tool_turns: int) -> bool:
     """Record one model turn (``ids`` generated after ``context``); run its calls and append the
@@ -224,7 +206,8 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} \
         if do_sample else {"do_sample": False}
     config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id, use_cache=True, **sampling)
+                              pad_token_id=tokenizer.pad_token_id, use_cache=True,
+                              return_dict_in_generate=True, **sampling)
     trajectories = []
     for t, task in enumerate(tasks):
         messages, tools = task_messages(task)
@@ -256,16 +239,77 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     return trajectories
 
 
+def _left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask) [B, max len] with each row right-aligned (pads first, mask 0 on them)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row):] = torch.tensor(row)
+            mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def _shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving at least one token of each prompt uncached."""
+    first, length = prompts[0], min(len(p) for p in prompts) - 1
+    for prompt in prompts[1:]:
+        length = next((i for i in range(length) if prompt[i] != first[i]), length)
+    return max(length, 0)
+
+
 def _roll_chunk(model: Any, tokenizer: Any, chunk: list[Trajectory], registry: ToolRegistry,
                 config: GenerationConfig, max_tool_turns: int) -> None:
-    """Run the turn loop for one batch; rows leave the batch as soon as they stop."""
+    """Run the turn loop for one batch; rows leave the batch as soon as they stop.
+
+    The KV cache is kept across turns: the prompts' shared prefix (the system turn with the tool
+    schemas) is encoded once and repeated over the rows, and each later turn feeds only the new
+    tool-turn ids. Rows are aligned by padding *inside* the sequence (mask 0): after the shared
+    prefix, after each row's ``<|im_end|>`` (the tokens ``generate`` appends to finished rows) and
+    before each row's tool turn. Positions come from the mask (``cumsum - 1``), so every real
+    token sits where it would without padding and no cached token is computed twice."""
     schemas = registry.schemas()
+    device = next(model.parameters()).device
+    pad, eos = config.pad_token_id, config.eos_token_id
     active = list(chunk)
+    shared = _shared_prefix_length([traj.prompt_ids for traj in active])
+    cache = None
+    if shared:
+        prefix = torch.tensor([active[0].prompt_ids[:shared]], device=device)
+        cache = model(input_ids=prefix, use_cache=True).cache
+        cache.batch_repeat_interleave(len(active))
+    tail_ids, tail_mask = _left_padded([traj.prompt_ids[shared:] for traj in active], pad)
+    ids = torch.cat([torch.tensor(active[0].prompt_ids[:shared], dtype=torch.long).expand(len(active), -1),
+                     tail_ids], dim=1).to(device)
+    mask = torch.cat([torch.ones((len(active), shared), dtype=torch.long), tail_mask], dim=1).to(device)
     for turn in range(max_tool_turns + 1):
-        if not active:
-            return
+        output = model.generate(input_ids=ids, attention_mask=mask, cache=cache,
+                                generation_config=config)
+        sequences, cache = output.sequences, output.cache
+        new_ids, new_mask = [], torch.zeros_like(sequences[:, ids.shape[1]:])
+        for row, generated in enumerate(sequences[:, ids.shape[1]:].tolist()):
+            if eos in generated:
+                generated = generated[:generated.index(eos) + 1]
+            new_ids.append(generated)
+            new_mask[row, :len(generated)] = 1
         contexts = [traj.prompt_ids + traj.completion_ids for traj in active]
-        new_ids = _generate(model, contexts, config)
-        active = [traj for traj, context, ids in zip(active, contexts, new_ids)
-                  if _take_turn(traj, context, ids, tokenizer, registry, schemas, turn,
-                                max_tool_turns)]
+        keep = [row for row, (traj, context, generated) in enumerate(zip(active, contexts, new_ids))
+                if _take_turn(traj, context, generated, tokenizer, registry, schemas, turn,
+                              max_tool_turns)]
+        if not keep or turn == max_tool_turns:
+            return
+        index = torch.tensor(keep, device=device)
+        cache.batch_select_indices(index)
+        active = [active[row] for row in keep]
+        # The tool turn each kept row appended (its completion ends with it).
+        tool_ids, tool_mask = _left_padded(
+            [traj.completion_ids[len(traj.completion_ids) - _trailing_tool_tokens(traj):] for traj in active], pad)
+        ids = torch.cat([sequences[index], tool_ids.to(device)], dim=1)
+        mask = torch.cat([mask[index], new_mask[index], tool_mask.to(device)], dim=1)
+
+
+def _trailing_tool_tokens(traj: Trajectory) -> int:
+    """Length of the tool turn that ends ``traj.completion_ids`` (its trailing mask-0 run)."""
+    mask = traj.action_mask
+    return len(mask) - next(i for i in range(len(mask), 0, -1) if mask[i - 1] == 1)
