@@ -618,33 +618,46 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         loss = policy_loss
 
     with torch.no_grad():
-        log_ratio = (logps - old).detach()  # 0 on masked positions
+        # Few, whole-tensor kernels: this runs on every micro-batch (benchmarks/update.py times it
+        # against TRL's loss). Min/max are taken on log-ratios (exp is monotonic); the defaults for
+        # a batch without action tokens are filled in on the host.
+        log_ratio = logps.detach() - old  # (B, T); 0 on masked positions
         ratio = torch.exp(log_ratio)
-        adv = advantages.unsqueeze(1)
+        adv = advantages.unsqueeze(1)  # (B, 1)
         low = (ratio < 1.0 - config.epsilon_low) & (adv < 0) & m
         high = (ratio > 1.0 + config.epsilon_high) & (adv > 0) & m
-        counts = m.sum(dim=1)
-        stats = {
-            "loss": loss.detach(),
-            "policy_loss": policy_loss.detach(),
-            "kl": kl.detach(),
-            "ratio_min": _masked_min(ratio, m, default=1.0),
-            "ratio_mean": _masked_mean(ratio, m, default=1.0),
-            "ratio_max": _masked_max(ratio, m, default=1.0),
-            "max_abs_log_ratio": _masked_max(log_ratio.abs(), m, default=0.0),
-            "clip_fraction_low": _fraction(low, m),
-            "clip_fraction_high": _fraction(high, m),
-            "clip_fraction": _fraction(low | high, m),
-            "num_action_tokens": counts.sum(),
-            "num_valid_rows": (counts > 0).sum(),
+        counts = m.sum(dim=1)  # (B,)
+        floats = torch.stack([
+            loss.detach(), policy_loss.detach(), kl.detach(),
+            torch.where(m, log_ratio, math.inf).amin() if m.numel() else zero,
+            torch.where(m, log_ratio, -math.inf).amax() if m.numel() else zero,
+            (ratio * m).sum(),
+        ]).tolist()
+        ints = torch.stack([counts.sum(), (counts > 0).sum(), low.sum(), high.sum(), (low | high).sum()]).tolist()
+        loss_value, policy_value, kl_value, log_ratio_min, log_ratio_max, ratio_sum = floats
+        tokens, valid_rows, n_low, n_high, n_clipped = ints
+        per_token = 1.0 / max(tokens, 1)
+        metrics = {
+            "loss": loss_value,
+            "policy_loss": policy_value,
+            "kl": kl_value,
+            "ratio_min": math.exp(log_ratio_min) if tokens else 1.0,
+            "ratio_mean": ratio_sum * per_token if tokens else 1.0,
+            "ratio_max": math.exp(log_ratio_max) if tokens else 1.0,
+            "max_abs_log_ratio": max(log_ratio_max, -log_ratio_min) + 0.0 if tokens else 0.0,  # no -0.0
+            "clip_fraction_low": n_low * per_token,
+            "clip_fraction_high": n_high * per_token,
+            "clip_fraction": n_clipped * per_token,
+            "num_action_tokens": float(tokens),
+            "num_valid_rows": float(valid_rows),
         }
-        for name, value in term.metrics.items():
-            if name in stats:
-                raise ValueError(f"policy {config.policy!r} metric {name!r} clashes with a common metric")
-            stats[name] = value.detach()
-        names = list(stats)
-        values = torch.stack([stats[k].to(device=zero.device, dtype=torch.float64).reshape(()) for k in names])
-        metrics = dict(zip(names, values.tolist()))
+        if term.metrics:
+            names = list(term.metrics)
+            for name in names:
+                if name in metrics:
+                    raise ValueError(f"policy {config.policy!r} metric {name!r} clashes with a common metric")
+            values = torch.stack([term.metrics[k].detach().to(torch.float64).reshape(()) for k in names])
+            metrics.update(zip(names, values.tolist()))
 
     return LossOutput(loss=loss, policy_loss=policy_loss.detach(), kl=kl.detach(), metrics=metrics)
 
