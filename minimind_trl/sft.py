@@ -25,13 +25,19 @@ agent-RL task rows) is an error: such rows are prompts, not demonstrations.
 ``mode="pretrain"`` -- rows ``{"text": str}``, as upstream MiniMind's pretraining data:
 ``<|im_start|>`` + text tokens + ``<|im_end|>``, the text cut to ``max_length - 2`` tokens so the
 eos always closes the sequence, and the loss on every token (``labels`` = ``input_ids``; padding
-is -100). Truncating plain text is harmless; truncated rows are counted.
+is -100). Truncating plain text is harmless; truncated rows are counted. With ``pack=True`` the
+texts are not cut: every ``<|im_start|>`` + text + ``<|im_end|>`` sequence is concatenated, in row
+order, into one stream that is cut into blocks of exactly ``max_length`` tokens (the incomplete last
+block is dropped), as GPT-style pretraining does. A block may start inside a text and hold several;
+attention is not reset at text boundaries. Short texts then cost no padding, and every optimizer
+step sees the same number of tokens.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -69,6 +75,7 @@ class SFTDataStats:
     longest: int  # longest tokenized row before dropping / truncation
     tokens: int  # tokens in the kept rows
     loss_tokens: int  # of those, tokens predicted with a loss (a row's first token never is)
+    packed: bool = False  # pretrain: rows are max_length blocks of the concatenated texts
 
 
 def assistant_token_mask(input_ids: list[int], header_ids: list[int], end_id: int) -> tuple[list[int], int]:
@@ -133,19 +140,31 @@ def _field(row: Mapping[str, Any], name: str, index: int, mode: str) -> Any:
     return row[name]
 
 
+def pack_sequences(sequences: list[list[int]], block: int) -> list[list[int]]:
+    """``sequences`` concatenated in order and cut into blocks of exactly ``block`` ids; the
+    incomplete tail is dropped."""
+    stream = [token for sequence in sequences for token in sequence]
+    return [stream[start:start + block] for start in range(0, len(stream) - block + 1, block)]
+
+
 def build_sft_dataset(
-    rows: Iterable[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase, max_length: int, mode: str = "sft"
+    rows: Iterable[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase, max_length: int, mode: str = "sft",
+    pack: bool = False,
 ) -> tuple[Dataset, SFTDataStats]:
     """The pre-tokenized dataset for ``SFTTrainer`` and its :class:`SFTDataStats`.
 
     ``sft``: columns ``input_ids`` and ``assistant_masks``; rows over ``max_length`` tokens are
     dropped (and logged). ``pretrain``: column ``input_ids``, loss on every token; long texts are
-    truncated. Raises ``ValueError`` on a malformed row or when no row is left.
+    truncated, or with ``pack`` every text is kept whole and the concatenation is cut into
+    ``max_length`` blocks (module docstring). Raises ``ValueError`` on a malformed row, on ``pack``
+    outside pretrain mode, or when no row (block) is left.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if max_length < 3:
         raise ValueError(f"max_length must be at least 3, got {max_length}")
+    if pack and mode != "pretrain":
+        raise ValueError("pack=True is for mode 'pretrain' only: SFT rows keep their own loss masks")
     input_ids: list[list[int]] = []
     masks: list[list[int]] = []
     seen = dropped = truncated = longest = 0
@@ -155,7 +174,8 @@ def build_sft_dataset(
             text = _field(row, "text", index, mode)
             if not isinstance(text, str):
                 raise ValueError(f"row {index}: 'text' must be a string, got {type(text).__name__}")
-            ids, full_length = tokenize_pretrain_text(text, tokenizer, max_length)
+            # Packed texts are never cut: the block boundaries fall wherever they fall.
+            ids, full_length = tokenize_pretrain_text(text, tokenizer, sys.maxsize if pack else max_length)
             longest, truncated = max(longest, full_length), truncated + (full_length > len(ids))
             input_ids.append(ids)
             masks.append([1] * len(ids))
@@ -168,13 +188,19 @@ def build_sft_dataset(
             continue
         input_ids.append(ids)
         masks.append(mask)
+    if pack:
+        texts = len(input_ids)
+        input_ids = pack_sequences(input_ids, max_length)
+        masks = [[1] * max_length for _ in input_ids]
+        if not input_ids:
+            raise ValueError(f"{texts} texts hold fewer than max_length={max_length} tokens: nothing to pack")
     if dropped:
         logger.warning("build_sft_dataset: dropped %d of %d rows longer than max_length=%d", dropped, seen, max_length)
     if not input_ids:
         raise ValueError(f"no rows left to train on ({seen} rows, {dropped} longer than max_length={max_length})")
     stats = SFTDataStats(
         mode=mode, rows=seen, kept=len(input_ids), dropped_overlong=dropped, truncated=truncated, longest=longest,
-        tokens=sum(map(len, input_ids)), loss_tokens=sum(sum(mask[1:]) for mask in masks),
+        tokens=sum(map(len, input_ids)), loss_tokens=sum(sum(mask[1:]) for mask in masks), packed=pack,
     )
     columns = {"input_ids": input_ids} if mode == "pretrain" else {"input_ids": input_ids, "assistant_masks": masks}
     return Dataset.from_dict(columns), stats
@@ -265,20 +291,22 @@ def run_sft(
     sft_args: Mapping[str, Any] | None = None,
     eval_rows: Iterable[Mapping[str, Any]] | None = None,
     mode: str = "sft",
+    pack: bool = False,
     save: bool = True,
 ) -> SFTRun:
     """Train ``model`` on ``train_rows`` with ``SFTTrainer``; returns an :class:`SFTRun`.
 
     ``sft_args`` are ``SFTConfig`` fields over :func:`sft_config`'s defaults (``max_length`` also
     bounds the dataset). ``eval_rows`` (same ``mode``) are evaluated once after training; set
-    ``eval_strategy`` / ``eval_steps`` in ``sft_args`` for evaluations during training too. With
+    ``eval_strategy`` / ``eval_steps`` in ``sft_args`` for evaluations during training too.
+    ``pack`` (pretrain mode): train on ``max_length`` blocks of the concatenated texts. With
     ``save``, ``trainer.save_model`` writes the final model and tokenizer to ``output_dir``
     (``from_pretrained``-loadable) beside ``sft_summary.json`` (data statistics and metrics).
     """
     config = sft_config(output_dir, mode, **dict(sft_args or {}))
     if config.max_length is None:
         raise ValueError("run_sft needs an integer max_length (it bounds the dataset), got None")
-    train_dataset, train_data = build_sft_dataset(train_rows, tokenizer, config.max_length, mode)
+    train_dataset, train_data = build_sft_dataset(train_rows, tokenizer, config.max_length, mode, pack)
     eval_dataset = eval_data = None
     if eval_rows is not None:
         eval_dataset, eval_data = build_sft_dataset(eval_rows, tokenizer, config.max_length, mode)

@@ -224,6 +224,27 @@ def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path):
     assert load_tokenizer(tmp_path)(short)["input_ids"] == _ids(tok, short)
 
 
+def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path):
+    texts = ["Tools return JSON.", "word " * 40, "7 + 5 = 12", "last text, partly dropped"]
+    stream = [t for text in texts for t in [tok.bos_token_id, *_ids(tok, text), tok.eos_token_id]]
+    dataset, stats = build_sft_dataset([{"text": t} for t in texts], tok, max_length=16, mode="pretrain", pack=True)
+    blocks = dataset["input_ids"]
+    assert len(blocks) == len(stream) // 16 and all(len(b) == 16 for b in blocks)
+    assert [t for b in blocks for t in b] == stream[: 16 * len(blocks)]  # order kept, nothing cut out
+    assert stats.packed and stats.truncated == 0 and stats.kept == len(blocks)
+    assert stats.tokens == 16 * len(blocks) and stats.loss_tokens == 15 * len(blocks)
+    with pytest.raises(ValueError, match="pretrain' only"):
+        build_sft_dataset([{"text": "x"}], tok, max_length=16, mode="sft", pack=True)
+    with pytest.raises(ValueError, match="nothing to pack"):
+        build_sft_dataset([{"text": "x"}], tok, max_length=64, mode="pretrain", pack=True)
+    # Equal-length blocks: the collator adds no padding, every position has a label.
+    run = run_sft(_tiny_model(), tok, [{"text": t} for t in texts], tmp_path, mode="pretrain", pack=True,
+                  sft_args={"max_length": 16, "max_steps": 1, "per_device_train_batch_size": 2, "disable_tqdm": True})
+    prepared = run.trainer.train_dataset
+    batch = run.trainer.data_collator([prepared[i] for i in range(2)])
+    assert batch["attention_mask"].all() and torch.equal(batch["labels"], batch["input_ids"])
+
+
 def test_moe_sft_adds_the_router_aux_loss(tok, tmp_path):
     args = {"max_length": 256, "max_steps": 1, "per_device_train_batch_size": 1, "logging_steps": 1,
             "disable_tqdm": True}

@@ -92,16 +92,17 @@ def grpo_dataset(rows: list[dict], thinking_ratio: float, seed: int) -> Dataset:
     return Dataset.from_list(with_open_thinking(out, ratio=thinking_ratio, seed=seed))
 
 
-def sft_dataset(rows: list[dict], tokenizer, max_length: int, mode: str = "sft") -> Dataset:
+def sft_dataset(rows: list[dict], tokenizer, max_length: int, mode: str = "sft", pack: bool = False) -> Dataset:
     """SFT rows (``conversations``) as ``input_ids`` + ``assistant_masks`` (see ``minimind_trl.sft``:
     the loss covers each assistant turn from after ``<|im_start|>assistant\\n`` through its
     ``<|im_end|>``; rows longer than ``max_length`` are dropped and counted, never truncated).
     ``mode="pretrain"``: ``{"text"}`` rows as ``<|im_start|>`` + text + ``<|im_end|>``, the text cut
-    to fit, the loss on every token (upstream MiniMind pretraining)."""
+    to fit, the loss on every token (upstream MiniMind pretraining); with ``pack`` the texts are
+    concatenated and cut into ``max_length`` blocks instead."""
     from minimind_trl.sft import build_sft_dataset
 
     try:
-        dataset, _ = build_sft_dataset(rows, tokenizer, max_length, mode=mode)
+        dataset, _ = build_sft_dataset(rows, tokenizer, max_length, mode=mode, pack=pack)
     except ValueError as exc:
         raise RecipeError(f"recipe: SFT data: {exc}") from exc
     return dataset
@@ -252,7 +253,7 @@ def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
 
     sft = recipe["sft"]
     trainer = SFTTrainer(
-        model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"]),
+        model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"], sft["pack"]),
         processing_class=tokenizer, peft_config=peft_config(recipe),
     )
     trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))

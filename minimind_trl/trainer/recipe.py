@@ -40,7 +40,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "max_completion_length": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "tools": [], "tool_names": None,
         "mask_truncated_completions": False,
     },
-    "sft": {"max_length": 1024, "mode": "sft"},
+    "sft": {"max_length": 1024, "mode": "sft", "pack": False},
     "dpo": {"max_length": 1024, "beta": 0.1},
     "distill": {
         "teacher_path": _REQUIRED, "beta": 0.5, "max_completion_length": 256, "temperature": 1.0,
@@ -225,6 +225,10 @@ def validate_recipe(raw: dict) -> dict:
         raise RecipeError("recipe: rewards is only used by kind 'grpo'")
     if kind == "sft" and recipe["sft"]["mode"] not in SFT_MODES:
         raise RecipeError(f"recipe: sft.mode must be one of {SFT_MODES}, got {recipe['sft']['mode']!r}")
+    if kind == "sft" and recipe["sft"]["pack"] not in (True, False):
+        raise RecipeError(f"recipe: sft.pack must be true or false, got {recipe['sft']['pack']!r}")
+    if kind == "sft" and recipe["sft"]["pack"] and recipe["sft"]["mode"] != "pretrain":
+        raise RecipeError("recipe: sft.pack is for sft.mode pretrain only (SFT rows keep their own loss masks)")
     if recipe.get("peft") is not None:
         _check_peft(recipe["peft"])
     recipe["training"] = _check_training(raw.get("training") or {}, kind)
