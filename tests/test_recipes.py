@@ -363,3 +363,14 @@ def test_experiment_recipes_run_two_steps_on_cpu_at_tiny_size(tmp_path, data, na
         assert "moe/layer0/load" in records[0] and "aux_loss" in records[0]
     if name.startswith("e4"):
         assert "reward/reward_model_reward_mean" in records[0] and "reward/success_reward_mean" in records[0]
+
+
+def test_sft_pack_is_for_pretraining_only_and_off_leaves_hashes_alone():
+    packed = validate_recipe({**BASE, "kind": "sft", "sft": {"mode": "pretrain", "max_length": 128, "pack": True}})
+    assert packed["sft"] == {"max_length": 128, "mode": "pretrain", "pack": True}
+    off = validate_recipe({**BASE, "kind": "sft", "sft": {"mode": "pretrain", "pack": False}})
+    assert off["sft"] == {"max_length": 1024, "mode": "pretrain"}
+    with pytest.raises(RecipeError, match="sft.pack is for sft.mode pretrain"):
+        validate_recipe({**BASE, "kind": "sft", "sft": {"pack": True}})
+    with pytest.raises(RecipeError, match="sft.pack must be true or false"):
+        validate_recipe({**BASE, "kind": "sft", "sft": {"mode": "pretrain", "pack": "yes"}})

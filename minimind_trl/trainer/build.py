@@ -253,7 +253,7 @@ def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
 
     sft = recipe["sft"]
     trainer = SFTTrainer(
-        model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"], sft["pack"]),
+        model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"], sft.get("pack", False)),
         processing_class=tokenizer, peft_config=peft_config(recipe),
     )
     trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))

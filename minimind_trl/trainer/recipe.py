@@ -229,6 +229,8 @@ def validate_recipe(raw: dict) -> dict:
         raise RecipeError(f"recipe: sft.pack must be true or false, got {recipe['sft']['pack']!r}")
     if kind == "sft" and recipe["sft"]["pack"] and recipe["sft"]["mode"] != "pretrain":
         raise RecipeError("recipe: sft.pack is for sft.mode pretrain only (SFT rows keep their own loss masks)")
+    if kind == "sft" and not recipe["sft"]["pack"]:
+        del recipe["sft"]["pack"]  # off: left out, so older recipe hashes hold
     if recipe.get("peft") is not None:
         _check_peft(recipe["peft"])
     recipe["training"] = _check_training(raw.get("training") or {}, kind)
