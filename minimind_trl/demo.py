@@ -7,8 +7,11 @@
              trajectories of generated tasks and the package's general text) with
              ``minimind-trl tokenizer build``;
 3. pretrain  next-token pretraining of a small MiniMind (``demo`` preset, ~5M parameters) from
-             random init on short plain-text solutions of the training split
-             (``recipes/demo/pretrain.yaml``): cheap, and dense in number copying;
+             random init on short plain-text solutions of the training split mixed with
+             number-copy drills (``minimind_trl.data.drills``), packed into 128-token blocks,
+             small batches (``recipes/demo/pretrain.yaml``): the drills make the model learn to
+             copy numbers (operands into calls, results into answers), which the solution texts
+             alone do not teach a 5M model within the budget;
 4. sft       SFT on gold tool-use trajectories of the training split (``recipes/demo/sft.yaml``,
              assistant-only loss);
 5. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, same seed, same rollout
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -45,6 +49,7 @@ class DemoSize:
     num_tasks: int  # generated before de-duplication and splitting
     val_size: int
     test_size: int
+    drill_rows: int  # number-copy drills mixed into the pretraining texts
     pretrain_epochs: float
     sft_rows: int  # gold trajectories used for SFT (the first N of the training split)
     sft_epochs: float
@@ -53,15 +58,18 @@ class DemoSize:
 
 
 SIZES = {
-    "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, pretrain_epochs=1.0, sft_rows=1500,
+    "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
                      sft_epochs=1.0, rl_rollouts=6, eval_batch_size=50),
-    "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, pretrain_epochs=1.0, sft_rows=120,
+    "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, drill_rows=200, pretrain_epochs=1.0, sft_rows=120,
                       sft_epochs=1.0, rl_rollouts=1, eval_batch_size=30),
 }
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
-# or two ground-truth values and no distractor tools, so prompts stay short enough for 2 CPU cores.
-TASK_FILTER = {"op_types": ("arithmetic", "percentage", "power"), "n_gt_values": (1, 2), "max_distractors": 0}
+# or two ground-truth values, no distractor tools (prompts stay short enough for 2 CPU cores) and
+# the easy tier (small integers, one operation). On medium/hard tasks (up to 5 digits, decimals,
+# reordered operands) a 5M model did not learn to copy within the budget (docs/demo_results.md).
+TASK_FILTER = {"op_types": ("arithmetic", "percentage", "power"), "n_gt_values": (1, 2), "max_distractors": 0,
+               "difficulties": ("easy",)}
 
 
 class DemoError(RuntimeError):
@@ -117,6 +125,7 @@ def _training_done(run_dir: Path) -> bool:
 
 def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
     from minimind_trl.data import generate_tasks, prepare_splits
+    from minimind_trl.data.drills import copy_drills
     from minimind_trl.data.gold import gold_file_rows
     from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_jsonl_atomic
     from minimind_trl.envs.tools import default_registry
@@ -138,9 +147,13 @@ def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
     # SFT data: one gold trajectory per *training* task (val/test never leak into SFT).
     gold = gold_file_rows(str(splits / "train.jsonl"), registry)
     source = {"train.jsonl": sha256_file(splits / "train.jsonl")}
+    # Pretraining texts: every training task's solution plus copy drills, shuffled (packing keeps
+    # row order, so each 128-token block mixes both kinds).
+    pretrain_rows = [{"text": solution_text(g)} for g in gold] + copy_drills(size.drill_rows, seed)
+    random.Random(seed).shuffle(pretrain_rows)
     for folder, rows, what in ((sft, gold[: size.sft_rows], "gold SFT trajectories"),
-                               (out / "data" / "pretrain", [{"text": solution_text(g)} for g in gold],
-                                "plain-text solutions (pretraining)")):
+                               (out / "data" / "pretrain", pretrain_rows,
+                                f"plain-text solutions and {size.drill_rows} number-copy drills (pretraining)")):
         folder.mkdir(parents=True)
         write_jsonl_atomic(folder / "train.jsonl", rows)
         write_json_atomic(folder / "manifest.json", {
@@ -149,7 +162,7 @@ def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
             "outputs": {"train.jsonl": {"sha256": sha256_file(folder / "train.jsonl"), "rows": len(rows)}},
         })
     _log(f"data: {len(tasks)} tasks -> {train_size}/{size.val_size}/{size.test_size} splits, "
-         f"{len(gold)} pretraining texts, {min(len(gold), size.sft_rows)} SFT rows")
+         f"{len(pretrain_rows)} pretraining texts ({size.drill_rows} drills), {min(len(gold), size.sft_rows)} SFT rows")
     return splits
 
 

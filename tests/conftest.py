@@ -1,6 +1,8 @@
 """Shared test set-up: offline Hugging Face, a private HF_HOME, few threads, reference data path."""
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -8,7 +10,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="minimind-trl-hf-home-"))
+if "HF_HOME" not in os.environ:
+    os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="minimind-trl-hf-home-")
+    atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("MPLBACKEND", "Agg")

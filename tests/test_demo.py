@@ -20,6 +20,11 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     for name in ("pretrain", "sft", *demo.CONDITIONS):
         assert json.loads((out / "runs" / name / "status.json").read_text())["state"] == "completed"
     assert "task_success" in json.dumps(summary)
+    # Pretraining texts = one solution per training task + the copy drills; all tasks easy-tier.
+    train_tasks = [json.loads(line) for line in (out / "data" / "splits" / "train.jsonl").read_text().splitlines()]
+    pretrain = json.loads((out / "data" / "pretrain" / "manifest.json").read_text())
+    assert pretrain["outputs"]["train.jsonl"]["rows"] == len(train_tasks) + demo.SIZES["quick"].drill_rows
+    assert {task["meta"]["difficulty"] for task in train_tasks} == {"easy"}
     assert any(p.suffix == ".png" and p.stat().st_size > 0 for p in (out / "plots").iterdir())
     # Every RL condition started from the same SFT weights and trained the same number of steps.
     for name in demo.CONDITIONS:
