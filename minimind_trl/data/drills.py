@@ -4,9 +4,10 @@ A tool-using agent copies numbers all the time: the operands from the question i
 call, the tool's result into the answer. A small transformer learns to copy with *induction
 heads*, which appear in a sudden phase change after some hundred optimizer steps -- but only when
 copying is a large, easy part of the loss. Measured on the CPU demo (``demo`` preset, packed
-128-token blocks, batch 8, lr 1e-3): on the demo's solution texts alone the teacher-forced accuracy
-of copied digits stays near 0.3 for 1,000 steps; with these drills mixed in it jumps to 0.96 by
-step 700; on drills alone it reaches 0.99 by step 500.
+128-token blocks, batch 8, lr 1e-3): on solution texts alone the teacher-forced accuracy of
+copied digits stays near 0.3 for 1,000 steps; with these drills mixed into easy-tier solution
+texts it jumps to 0.96 by step 700; on drills alone it reaches 0.99 by step 500
+(docs/demo_results.md, "How the demo got here").
 
 A drill is three lines: a question stating an expression of two random operands, the expression
 alone, and an answer restating it::
