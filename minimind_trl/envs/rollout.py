@@ -153,9 +153,9 @@ def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
 
 
 def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: Any,
-               registry: ToolRegistry, schemas: list[dict], turn: int, max_tool_turns: int) -> bool:
+               registry: ToolRegistry, schemas: list[dict], turn: int, max_tool_turns: int) -> list[int] | None:
     """Record one model turn (``ids`` generated after ``context``); run its calls and append the
-    tool turn. Returns whether the row goes on to another turn."""
+    tool turn. Returns the tool turn's ids when the row goes on to another turn, else None."""
     eos = tokenizer.eos_token_id
     ended = bool(ids) and ids[-1] == eos
     text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
@@ -165,7 +165,7 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     traj.n_turns += 1
     if not ended:
         traj.truncated = True
-        return False
+        return None
     try:
         message = parse_response(tokenizer, ids, prefix=context, tools=schemas)
     except Exception:  # noqa: BLE001 - TRL falls back to plain text on ValueError/TypeError only
@@ -175,10 +175,10 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     if not calls:
         traj.malformed_calls += unparsed_call_blocks(reply_text(text))
         traj.finished = True
-        return False
+        return None
     if turn >= max_tool_turns:
         traj.pending_call = True
-        return False
+        return None
     observations = [registry.call(c["name"], c["arguments"]) if isinstance(c["arguments"], dict)
                     else error_observation("tool call arguments must be a JSON object")
                     for c in calls]
@@ -189,7 +189,7 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     suffix = tool_turn_ids(tokenizer, [c["name"] for c in calls], observations, traj.open_thinking)
     traj.completion_ids += suffix
     traj.action_mask += [0] * len(suffix)
-    return True
+    return suffix
 
 
 def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistry,
@@ -294,22 +294,14 @@ def _roll_chunk(model: Any, tokenizer: Any, chunk: list[Trajectory], registry: T
             new_ids.append(generated)
             new_mask[row, :len(generated)] = 1
         contexts = [traj.prompt_ids + traj.completion_ids for traj in active]
-        keep = [row for row, (traj, context, generated) in enumerate(zip(active, contexts, new_ids))
-                if _take_turn(traj, context, generated, tokenizer, registry, schemas, turn,
-                              max_tool_turns)]
-        if not keep or turn == max_tool_turns:
+        tool_turns = [_take_turn(traj, context, generated, tokenizer, registry, schemas, turn, max_tool_turns)
+                      for traj, context, generated in zip(active, contexts, new_ids)]
+        keep = [row for row, tool_turn in enumerate(tool_turns) if tool_turn is not None]
+        if not keep:
             return
         index = torch.tensor(keep, device=device)
         cache.batch_select_indices(index)
         active = [active[row] for row in keep]
-        # The tool turn each kept row appended (its completion ends with it).
-        tool_ids, tool_mask = _left_padded(
-            [traj.completion_ids[len(traj.completion_ids) - _trailing_tool_tokens(traj):] for traj in active], pad)
+        tool_ids, tool_mask = _left_padded([tool_turns[row] for row in keep], pad)
         ids = torch.cat([sequences[index], tool_ids.to(device)], dim=1)
         mask = torch.cat([mask[index], new_mask[index], tool_mask.to(device)], dim=1)
-
-
-def _trailing_tool_tokens(traj: Trajectory) -> int:
-    """Length of the tool turn that ends ``traj.completion_ids`` (its trailing mask-0 run)."""
-    mask = traj.action_mask
-    return len(mask) - next(i for i in range(len(mask), 0, -1) if mask[i - 1] == 1)
