@@ -8,8 +8,9 @@ What is measured
 * Update: ``6 * N * tokens / seconds`` of forward + loss + backward (``update.py``'s ``update``
   phase, N = active parameters with the tied embedding once, tokens = rows x (prompt + completion)).
 * Rollout: ``2 * N * tokens / seconds`` of the batched multi-turn rollout (``rollout.py``,
-  scripted turns), with tokens = prefill (non-pad context tokens of every ``generate`` call) +
-  generated tokens; the decode-only figure counts the generated tokens alone.
+  scripted turns, distinct prompts), with tokens = the positions every forward computes (prompts,
+  tool turns and decode steps, pads included); the decode-only figure counts the generated tokens
+  alone.
 
 MFU = achieved / peak. Either measures both workloads itself (one setting each), or takes the
 achieved rates from earlier ``update.py`` / ``rollout.py`` JSON outputs (``--update-json``,
@@ -87,7 +88,7 @@ def measure_rollout(preset: str, device: torch.device, dtype: torch.dtype, args:
                 for text in bench.turn_scripts(task, registry, args.tool_turns, 0)] for task in tasks]
     n = info["active_parameters"]
     for _ in range(2):  # the first is a warm-up
-        result, _ = bench.run_case("batched", model, tokenizer, tasks, registry, scripts, prompts, args.tool_turns,
+        result, _ = bench.run_case("batched", model, tokenizer, tasks, 1, registry, scripts, prompts, args.tool_turns,
                                    args.batch_size, 256, device, n)
     return {"source": "measured", "preset": preset, "active_parameters": n, "batch_size": args.batch_size,
             "tool_turns": args.tool_turns, "dtype": info["dtype"], "seconds": result["seconds"],
@@ -106,7 +107,7 @@ def from_update_json(path: str) -> dict[str, Any]:
 def from_rollout_json(path: str) -> dict[str, Any]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     batched = [r for r in data["results"] if r["kind"] == "batched"]
-    best = max(batched, key=lambda r: (r["batch_size"], r["tool_turns"]))
+    best = max(batched, key=lambda r: (r.get("samples_per_task", 1) == 1, r["batch_size"], r["tool_turns"]))
     return {"source": path, "preset": data["model"]["preset"], "active_parameters": data["model"]["active_parameters"],
             "batch_size": best["batch_size"], "tool_turns": best["tool_turns"], "dtype": data["model"]["dtype"],
             "seconds": best["seconds"], "flops_per_s": best["achieved_flops_per_s"],

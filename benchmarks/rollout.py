@@ -13,13 +13,19 @@ and their observations are appended as ids. ``--filler-words N`` puts N words of
 each turn's tool call (longer turns). ``max_tool_turns`` is set to ``T``, so each trajectory has
 exactly ``T + 1`` model turns.
 
+``--samples-per-task G`` rolls out each of ``--num-tasks / G`` tasks G times (task-major), as
+pass@k evaluation samples a question and a GRPO group repeats a prompt; G = 1 is the greedy
+evaluation's workload (every prompt different).
+
 The naive loop, written here, runs one trajectory at a time, turn by turn: ``model.generate`` on
 that trajectory's context alone (same generation config, same KV cache use, same scripted
 processor), parses the turn, runs its calls, appends the tool turn ids. It produces the same
 tokens as the batched rollout (checked: ``identical`` column). Both are timed end to end
-(prompt rendering, generation, parsing, tool calls). Reported per (batch size, tool turns):
-trajectories/s, generated (model) tokens/s, the speed-up over the naive loop at the same number
-of tool turns, peak memory, and the achieved FLOP/s ``2 * N * (prefill + generated tokens)``.
+(prompt rendering, generation, parsing, tool calls). Reported per (samples per task, tool turns,
+batch size): trajectories/s, generated (model) tokens/s, the speed-up over the naive loop at the
+same workload, peak memory, the positions every forward computed (pads included) and the time
+spent in *encode* forwards (several positions per row: prompts, tool turns) apart from *decode*
+forwards (one position per row), and the achieved FLOP/s ``2 * N * positions / seconds``.
 
 Target: batched rollout at batch 32 >= 5x the naive loop (trajectories/s).
 """
@@ -82,7 +88,7 @@ class ScriptedTurns(LogitsProcessor):
     :class:`ScriptedGenerate` before each ``generate`` call); past the script's end, eos."""
 
     def __init__(self) -> None:
-        self.script: torch.Tensor | None = None  # [B, W] token ids, eos-padded
+        self.script: torch.Tensor | None = None  # [B, W] token ids still to write, eos-padded
         self.start = 0
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -95,10 +101,10 @@ class ScriptedTurns(LogitsProcessor):
 class ScriptedGenerate:
     """Replaces ``model.generate`` (instance attribute) so that every call is scripted.
 
-    For each row of the batch it finds the task (the context starts with the task's prompt ids)
-    and the turn (two eos per finished model turn + tool turn after the prompt) and forces that
-    turn's token ids followed by eos. Counts prefill tokens (non-pad context tokens not already in
-    the KV cache the rollout passes in) and calls."""
+    For each row of the batch it finds the task (the context starts with the task's prompt ids),
+    the turn (two eos per finished model turn + tool turn after the prompt) and how much of the
+    turn is already written (a call may start inside a turn: the rollout decodes in slices), and
+    forces the rest of that turn's token ids followed by eos."""
 
     def __init__(self, model: Any, tokenizer: Any, prompts: list[list[int]], scripts: list[list[list[int]]]):
         self.model = model
@@ -108,31 +114,30 @@ class ScriptedGenerate:
         for index, prompt in enumerate(prompts):
             self.prompts.setdefault(len(prompt), {})[tuple(prompt)] = index
         self.prompt_eos = [prompt.count(self.eos) for prompt in prompts]
+        # The generation prompt that follows the last eos of a prompt or of a tool turn.
+        self.opener = prompts[0][::-1].index(self.eos)
         self.scripts = scripts  # task -> turn -> ids (eos included)
         self.processor = ScriptedTurns()
-        self.prefill_tokens = 0
         self.calls = 0
 
-    def lookup(self, context: list[int]) -> list[int]:
+    def remaining(self, context: list[int]) -> list[int]:
         for length, table in self.prompts.items():
             task = table.get(tuple(context[:length]))
             if task is not None:
                 turn = (context.count(self.eos) - self.prompt_eos[task]) // 2
-                return self.scripts[task][turn]
+                written = context[::-1].index(self.eos) - self.opener  # tokens after the last eos
+                return self.scripts[task][turn][written:]
         raise KeyError("scripted rollout: a context that starts with no known prompt")
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config: Any, **kw):
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids.cpu(), attention_mask.cpu())]
-        scripts = [self.lookup(row) for row in rows]
+        scripts = [self.remaining(row) for row in rows]
         width = max(len(s) for s in scripts)
         table = torch.full((len(scripts), width), self.eos, dtype=torch.long)
         for i, script in enumerate(scripts):
             table[i, : len(script)] = torch.tensor(script)
         self.processor.script = table.to(input_ids.device)
         self.processor.start = input_ids.shape[1]
-        cache = kw.get("cache")
-        cached = cache.get_seq_length() if cache is not None else 0
-        self.prefill_tokens += int(attention_mask[:, cached:].sum())
         self.calls += 1
         return self.original(input_ids=input_ids, attention_mask=attention_mask,
                              generation_config=generation_config,
@@ -144,6 +149,40 @@ class ScriptedGenerate:
 
     def __exit__(self, *exc: Any) -> None:
         del self.model.generate  # back to the class's method
+
+
+class ForwardCounter:
+    """Positions every forward of the model computes (pads included) and the time spent in them,
+    split into *encode* forwards (several positions per row: prompts, tool turns) and *decode*
+    forwards (one position per row). Hooks on the model; the device is synchronised around each
+    forward, so the times are exact but the total runs a little slower on a GPU."""
+
+    def __init__(self, model: Any, device: torch.device):
+        self.model, self.device = model, device
+        self.tokens = {"encode": 0, "decode": 0}
+        self.seconds = {"encode": 0.0, "decode": 0.0}
+        self._start = 0.0
+        self._kind = "decode"
+
+    def _before(self, module: Any, args: Any, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids")
+        self._kind = "encode" if ids.shape[1] > 1 else "decode"
+        self.tokens[self._kind] += ids.numel()
+        sync(self.device)
+        self._start = time.perf_counter()
+
+    def _after(self, module: Any, args: Any, kwargs: dict, output: Any) -> None:
+        sync(self.device)
+        self.seconds[self._kind] += time.perf_counter() - self._start
+
+    def __enter__(self) -> "ForwardCounter":
+        self.handles = [self.model.register_forward_pre_hook(self._before, with_kwargs=True),
+                        self.model.register_forward_hook(self._after, with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 # ------------------------------------------------------------------------------------ naive loop
@@ -197,39 +236,49 @@ def naive_rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: Any, 
 # ------------------------------------------------------------------------------------ benchmark
 
 
-def run_case(kind: str, model: Any, tokenizer: Any, tasks: list[dict], registry: Any, scripts: Any,
-             prompts: list[list[int]], tool_turns: int, batch_size: int, max_new_tokens: int,
-             device: torch.device, n_params: int) -> tuple[dict[str, Any], list[list[int]]]:
-    """One timed rollout (batched ``rollout`` or the naive loop) of all ``tasks``."""
+def run_case(kind: str, model: Any, tokenizer: Any, tasks: list[dict], samples: int, registry: Any,
+             scripts: Any, prompts: list[list[int]], tool_turns: int, batch_size: int, max_new_tokens: int,
+             device: torch.device, n_params: int, limit: int | None = None) -> tuple[dict[str, Any], list[list[int]]]:
+    """One timed rollout of every task ``samples`` times (task-major): the batched ``rollout``, or
+    the naive loop over the first ``limit`` of those trajectories."""
     from minimind_trl.envs.rollout import rollout
 
-    with ScriptedGenerate(model, tokenizer, prompts, scripts) as scripted, PeakMemory(device) as memory:
+    expanded = [t for t in range(len(tasks)) for _ in range(samples)][:limit]
+    with ScriptedGenerate(model, tokenizer, prompts, scripts) as scripted, PeakMemory(device) as memory, \
+            ForwardCounter(model, device) as counter:
         sync(device)
         start = time.perf_counter()
         if kind == "batched":
             trajectories = rollout(model, tokenizer, tasks, registry, max_tool_turns=tool_turns,
-                                   max_new_tokens=max_new_tokens, batch_size=batch_size, progress=False)
+                                   max_new_tokens=max_new_tokens, batch_size=batch_size, num_samples=samples,
+                                   progress=False)
             rows = [{"completion_ids": t.completion_ids, "action_mask": t.action_mask,
                      "n_turns": t.n_turns, "finished": t.finished, "valid_calls": t.valid_calls}
                     for t in trajectories]
         else:
-            rows = naive_rollout(model, tokenizer, tasks, registry, tool_turns, max_new_tokens)
+            rows = naive_rollout(model, tokenizer, [tasks[t] for t in expanded], registry, tool_turns,
+                                 max_new_tokens)
         sync(device)
         seconds = time.perf_counter() - start
     generated = sum(sum(r["action_mask"]) for r in rows)
-    expected_generated = sum(len(ids) for task_scripts in scripts for ids in task_scripts)
+    expected_generated = sum(len(ids) for t in expanded for ids in scripts[t])
+    positions = counter.tokens["encode"] + counter.tokens["decode"]
     result = {
         "kind": kind,
         "batch_size": batch_size if kind == "batched" else 1,
+        "samples_per_task": samples,
         "tool_turns": tool_turns,
         "trajectories": len(rows),
         "seconds": seconds,
         "trajectories_per_s": len(rows) / seconds,
         "generated_tokens": generated,
         "generated_tokens_per_s": generated / seconds,
-        "prefill_tokens": scripted.prefill_tokens,
+        "encode_positions": counter.tokens["encode"],
+        "decode_positions": counter.tokens["decode"],
+        "encode_seconds": counter.seconds["encode"],
+        "decode_seconds": counter.seconds["decode"],
         "generate_calls": scripted.calls,
-        "achieved_flops_per_s": 2.0 * n_params * (scripted.prefill_tokens + generated) / seconds,
+        "achieved_flops_per_s": 2.0 * n_params * positions / seconds,
         "decode_flops_per_s": 2.0 * n_params * generated / seconds,
         "scripted_tokens_generated": generated == expected_generated,
         "memory": memory.as_dict(),
@@ -246,20 +295,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="MiniMind size (random weights); auto = demo on CPU, minimind-3 on GPU")
     parser.add_argument("--batch-sizes", type=int_list, default=[1, 8, 32], help="rollout batch sizes")
     parser.add_argument("--tool-turns", type=int_list, default=[0, 1, 3], help="tool turns per trajectory")
+    parser.add_argument("--samples-per-task", type=int_list, default=[1, 8],
+                        help="trajectories per task: 1 = distinct prompts (greedy evaluation); 8 = the samples "
+                             "of pass@k evaluation or a GRPO group (--num-tasks / G distinct tasks, G each)")
     parser.add_argument("--num-tasks", type=int, default=None,
                         help="trajectories per measurement (default: the largest batch size)")
     parser.add_argument("--naive-tasks", type=int, default=None,
-                        help="trajectories the naive loop runs (a prefix of the same tasks; default all)")
+                        help="trajectories the naive loop runs (a prefix of the same ones; default all)")
     parser.add_argument("--filler-words", type=int, default=0, help="plain words before each turn's text")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per-turn budget")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per case (best kept)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up rollout")
     args = parser.parse_args(argv)
     if args.quick:
-        args.preset, args.batch_sizes, args.tool_turns = "tiny", [2], [1]
+        args.preset, args.batch_sizes, args.tool_turns, args.samples_per_task = "tiny", [2], [1], [1, 2]
         args.num_tasks, args.naive_tasks, args.max_new_tokens, args.no_warmup = 2, 1, 128, True
     device, dtype = setup(args)
     preset = args.preset if args.preset != "auto" else ("minimind-3" if device.type == "cuda" else "demo")
+    num_tasks = args.num_tasks or max(args.batch_sizes)
+    for samples in args.samples_per_task:
+        if samples < 1 or num_tasks % samples:
+            raise SystemExit(f"--samples-per-task {samples} must divide the {num_tasks} trajectories")
 
     from minimind_trl.data import generate_tasks
     from minimind_trl.envs.rollout import prompt_ids_for, task_messages
@@ -270,9 +326,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     registry = default_registry()
     model, model_info = build_model(preset, device, dtype, seed=args.seed)
     n_params = model_info["active_parameters"]
-    num_tasks = args.num_tasks or max(args.batch_sizes)
     tasks = generate_tasks(num_tasks, args.seed)
-    naive_tasks = tasks[: args.naive_tasks or num_tasks]
     prompts = [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
     eos = tokenizer.eos_token_id
 
@@ -287,49 +341,53 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return out
 
     print(f"rollout benchmark: {preset} ({n_params:,} parameters, {model_info['dtype']}) on {device}, "
-          f"{num_tasks} tasks (naive loop: {len(naive_tasks)})")
+          f"{num_tasks} trajectories per measurement (naive loop: {args.naive_tasks or num_tasks})")
     if not args.no_warmup:
-        scripts = scripts_for(1)
-        run_case("batched", model, tokenizer, tasks[: max(args.batch_sizes)], registry, scripts, prompts, 1,
+        run_case("batched", model, tokenizer, tasks, 1, registry, scripts_for(1), prompts, 1,
                  max(args.batch_sizes), args.max_new_tokens, device, n_params)
 
     results: list[dict[str, Any]] = []
-    for turns in args.tool_turns:
-        scripts = scripts_for(turns)
-        naive_scripts = scripts[: len(naive_tasks)]
-        naive, naive_ids = min(
-            (run_case("naive", model, tokenizer, naive_tasks, registry, naive_scripts, prompts[: len(naive_tasks)],
-                      turns, 1, args.max_new_tokens, device, n_params) for _ in range(args.repeats)),
-            key=lambda pair: pair[0]["seconds"])
-        naive["speedup_vs_naive"] = 1.0
-        results.append(naive)
-        for batch in args.batch_sizes:
-            best, ids = min(
-                (run_case("batched", model, tokenizer, tasks, registry, scripts, prompts, turns, batch,
-                          args.max_new_tokens, device, n_params) for _ in range(args.repeats)),
+    for samples in args.samples_per_task:
+        distinct = tasks[: num_tasks // samples]
+        for turns in args.tool_turns:
+            scripts = scripts_for(turns)
+            common = dict(registry=registry, scripts=scripts, prompts=prompts, tool_turns=turns,
+                          max_new_tokens=args.max_new_tokens, device=device, n_params=n_params)
+            naive, naive_ids = min(
+                (run_case("naive", model, tokenizer, distinct, samples, batch_size=1, limit=args.naive_tasks,
+                          **common) for _ in range(args.repeats)),
                 key=lambda pair: pair[0]["seconds"])
-            best["speedup_vs_naive"] = best["trajectories_per_s"] / naive["trajectories_per_s"]
-            best["identical_to_naive"] = ids[: len(naive_ids)] == naive_ids
-            results.append(best)
+            naive["speedup_vs_naive"] = 1.0
+            results.append(naive)
+            for batch in args.batch_sizes:
+                best, ids = min(
+                    (run_case("batched", model, tokenizer, distinct, samples, batch_size=batch, **common)
+                     for _ in range(args.repeats)),
+                    key=lambda pair: pair[0]["seconds"])
+                best["speedup_vs_naive"] = best["trajectories_per_s"] / naive["trajectories_per_s"]
+                best["identical_to_naive"] = ids[: len(naive_ids)] == naive_ids
+                results.append(best)
 
-    rows = [[r["kind"], r["tool_turns"], r["batch_size"], r["trajectories"], r["seconds"],
-             r["trajectories_per_s"], r["generated_tokens_per_s"], r["speedup_vs_naive"],
-             r.get("identical_to_naive", "-"), r["memory"]["peak_mib"],
-             r["achieved_flops_per_s"] / 1e9] for r in results]
-    print_table("Rollout throughput (scripted turns; speed-up = trajectories/s over the naive loop)",
-                ["loop", "tool turns", "batch", "traj", "seconds", "traj/s", "gen tok/s", "speed-up",
-                 "identical", "peak MiB", "GFLOP/s"], rows)
+    rows = [[r["kind"], r["samples_per_task"], r["tool_turns"], r["batch_size"], r["trajectories"], r["seconds"],
+             r["encode_seconds"], r["trajectories_per_s"], r["generated_tokens_per_s"], r["speedup_vs_naive"],
+             r.get("identical_to_naive", "-"), r["memory"]["peak_mib"], r["achieved_flops_per_s"] / 1e9]
+            for r in results]
+    print_table("Rollout throughput (scripted turns; speed-up = trajectories/s over the naive loop; "
+                "encode s = time in forwards of several positions per row: prompts, tool turns)",
+                ["loop", "samples/task", "tool turns", "batch", "traj", "seconds", "encode s", "traj/s",
+                 "gen tok/s", "speed-up", "identical", "peak MiB", "GFLOP/s"], rows)
 
     targets = []
     at_target = [r for r in results if r["kind"] == "batched" and r["batch_size"] == TARGET_BATCH]
     for r in at_target:
-        targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}, {r['tool_turns']} tool turns",
-                        "measured": f"{r['speedup_vs_naive']:.2f}x", "target": f">= {TARGET_SPEEDUP:g}x",
-                        "pass": r["speedup_vs_naive"] >= TARGET_SPEEDUP})
+        targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}, {r['samples_per_task']} sample(s) per "
+                                f"task, {r['tool_turns']} tool turns",
+                        "measured": f"{r['speedup_vs_naive']:.2f}x",
+                        "target": f">= {TARGET_SPEEDUP:g}x", "pass": r["speedup_vs_naive"] >= TARGET_SPEEDUP})
     if not at_target:
         targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}", "measured": "not measured",
                         "target": f">= {TARGET_SPEEDUP:g}x", "pass": None})
-    checks_ok = all(r["scripted_tokens_generated"] for r in results if r["trajectories"] == num_tasks) and all(
+    checks_ok = all(r["scripted_tokens_generated"] for r in results) and all(
         r.get("identical_to_naive", True) and r.get("all_finished", True) for r in results)
     targets.append({"name": "scripted trajectories complete and identical to the naive loop",
                     "measured": str(checks_ok), "target": "True", "pass": checks_ok})

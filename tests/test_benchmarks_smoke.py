@@ -41,6 +41,7 @@ def test_benchmarks_quick_write_json(tmp_path):
 
     rollout = results["rollout"]["results"]
     assert {r["kind"] for r in rollout} == {"naive", "batched"}
+    assert {r["samples_per_task"] for r in rollout} == {1, 2}  # distinct prompts, and repeated ones
     assert all(r["trajectories_per_s"] > 0 and r["generated_tokens"] > 0 for r in rollout)
     assert all(r["identical_to_naive"] and r["all_finished"] for r in rollout if r["kind"] == "batched")
 

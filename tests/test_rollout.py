@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from minimind_trl.envs.rollout import rollout, task_messages, tool_turn_ids
+from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages, tool_turn_ids
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import load_tokenizer
@@ -33,20 +33,29 @@ class ScriptedReplies(LogitsProcessor):
     """Forces the reply of turn k of a row whose context contains a script key to
     ``SCRIPTS[key][k]`` + ``<|im_end|>``; other rows generate freely. Turn k = (eos tokens in
     the context - 2) / 2 (system and user turns end with eos, then one per model / tool turn).
+    A ``generate`` call may start inside a turn (the rollout decodes in slices): the part of the
+    turn already written is what follows the generation prompt after the context's last eos.
     Pad ids are dropped first: the rollout aligns rows with pads inside the sequence."""
 
     def __init__(self, tokenizer, scripts):
         self.tokenizer, self.scripts, self.start, self.targets = tokenizer, scripts, None, None
+        self.openers = []  # generation prompts after an eos: think block closed, then opened
+        for open_thinking in (False, True):
+            ids = prompt_ids_for(tokenizer, [{"role": "user", "content": "x"}], None, open_thinking)
+            self.openers.append(ids[len(ids) - ids[::-1].index(tokenizer.eos_token_id):])
 
     def _target(self, row_ids):
         row_ids = [t for t in row_ids if t != self.tokenizer.pad_token_id]
         text = self.tokenizer.decode(row_ids)
         key = next((k for k in self.scripts if k in text), None)
-        turn = (row_ids.count(self.tokenizer.eos_token_id) - 2) // 2
+        eos = self.tokenizer.eos_token_id
+        turn = (row_ids.count(eos) - 2) // 2
         if key is None or turn >= len(self.scripts[key]):
             return None
+        after = row_ids[len(row_ids) - row_ids[::-1].index(eos):]
+        opener = next(o for o in self.openers if after[:len(o)] == o)
         ids = self.tokenizer(self.scripts[key][turn], add_special_tokens=False)["input_ids"]
-        return ids + [self.tokenizer.eos_token_id]
+        return (ids + [eos])[len(after) - len(opener):]
 
     def __call__(self, input_ids, scores):
         if self.start is None:
@@ -59,7 +68,6 @@ class ScriptedReplies(LogitsProcessor):
                 scores[row] = float("-inf")
                 scores[row, token] = 0.0
         return scores
-
 
 def scripted(model, tokenizer, scripts=SCRIPTS):
     """Make ``model.generate`` follow ``scripts`` (an instance attribute shadows the method)."""
@@ -179,8 +187,10 @@ def test_batched_greedy_equals_one_at_a_time(tokenizer, registry, model):
     keys = ["[loop]", "[free] short", "[call]", "[free] a much longer question " * 3, "[hostile]"]
     tasks = [make_task(registry, f"{k}?", f"t{i}") for i, k in enumerate(keys)]
     kwargs = dict(max_tool_turns=2, max_new_tokens=24, progress=False)
-    batched = rollout(model, tokenizer, tasks, registry, batch_size=8, num_samples=2, **kwargs)
-    single = rollout(model, tokenizer, tasks, registry, batch_size=1, **kwargs)
+    # Three rows at a time over ten trajectories, five tokens per generate call: rows join as
+    # others stop and turns continue across calls; one row at a time, whole turns per call.
+    batched = rollout(model, tokenizer, tasks, registry, batch_size=3, num_samples=2, decode_slice=5, **kwargs)
+    single = rollout(model, tokenizer, tasks, registry, batch_size=1, decode_slice=100, **kwargs)
     free = single[1]  # the random model rarely writes <|im_end|>: a cut turn stops the row
     assert free.truncated and free.n_turns == 1 and len(free.completion_ids) == 24
     assert free.action_mask == [1] * 24 and not free.finished and not free.observations
@@ -192,6 +202,23 @@ def test_batched_greedy_equals_one_at_a_time(tokenizer, registry, model):
             assert twin.action_mask == one.action_mask
             assert (twin.n_turns, twin.finished, twin.pending_call, twin.truncated) == (
                 one.n_turns, one.finished, one.pending_call, one.truncated)
+
+
+def test_samples_of_one_task_share_one_prompt_encoding(tokenizer, registry, model):
+    (task,) = [make_task(registry, "[free] once", "p")]
+    fed = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: fed.append(kw["input_ids"].numel()),
+                                           with_kwargs=True)
+    try:
+        trajectories = rollout(model, tokenizer, [task], registry, num_samples=4, max_new_tokens=6,
+                               progress=False)
+    finally:
+        hook.remove()
+    (prompt,) = {tuple(t.prompt_ids) for t in trajectories}
+    steps = len(trajectories[0].completion_ids)  # greedy: the four rows are identical
+    assert all(t.completion_ids == trajectories[0].completion_ids for t in trajectories)
+    # The prompt once (all but its last token), then one column per row and step.
+    assert sum(fed) == len(prompt) - 1 + 4 * steps
 
 
 def test_turn_cap_and_truncation(tokenizer, registry, model):

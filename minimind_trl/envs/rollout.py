@@ -5,8 +5,10 @@
 
 1. Each task's prompt is rendered by the chat template (tools from the system message, the
    trailing empty assistant placeholder dropped, generation prompt with the think prefix).
-2. Up to ``batch_size`` rows are generated together with a KV cache kept across turns (shared
-   prompt prefix encoded once, later turns feed only the new tool-turn ids; see `_roll_chunk`); a
+2. Up to ``batch_size`` rows decode together over one KV cache, ``decode_slice`` tokens per
+   ``generate`` call (continuous batching, see `_roll`): rows that stop make room for queued
+   ones, the cache keeps every row's context across turns (later turns feed only the new
+   tool-turn ids), and prompts are encoded without repeats (`minimind_trl.envs.kv_batch`). A
    row's turn ends at its first ``<|im_end|>`` (eos 2), which belongs to the turn.
 3. The turn is parsed exactly as TRL's loop parses it (``trl.chat_template_utils.parse_response``
    with the tokenizer's ``response_template`` and the registry's schemas, which also cast string
@@ -25,7 +27,9 @@ reproducible for the same arguments (the global RNG state is left untouched).
 
 from __future__ import annotations
 
+import copy
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,12 +38,16 @@ from transformers import GenerationConfig
 from trl.chat_template_utils import parse_response
 
 from minimind_trl.data.formats import conversations_to_messages
+from minimind_trl.envs.kv_batch import KVBatch, left_padded, merge, prefill
 from minimind_trl.envs.registry import ToolRegistry, error_observation
 from minimind_trl.envs.tools import parse_tool_calls
 
 DEFAULT_MAX_TOOL_TURNS = 3
 """Tool rounds per trajectory (TRL's ``max_tool_calling_iterations``): at most
 ``max_tool_turns + 1`` model turns."""
+DECODE_SLICE = 32
+"""Tokens per ``generate`` call: between calls, rows whose turn ended run their tools and finished
+rows make room for queued ones, so no row waits long for the batch's longest turn."""
 THINK_CLOSE = "</think>"
 
 
@@ -196,13 +204,14 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
             max_tool_turns: int = DEFAULT_MAX_TOOL_TURNS, max_new_tokens: int = 256,
             batch_size: int = 16, do_sample: bool = False, temperature: float = 1.0,
             num_samples: int = 1, open_thinking: bool = False, seed: int = 0,
-            progress: bool = True) -> list[Trajectory]:
+            progress: bool = True, decode_slice: int = DECODE_SLICE) -> list[Trajectory]:
     """Roll out every task ``num_samples`` times; returns the trajectories task-major
     (task 0 samples 0..n-1, task 1, ...). ``tasks`` are data-contract rows (``conversations``
-    with the tools on the system message; ``id`` optional). ``max_new_tokens`` is per turn."""
-    if max_tool_turns < 0 or max_new_tokens < 1 or batch_size < 1 or num_samples < 1:
+    with the tools on the system message; ``id`` optional). ``max_new_tokens`` is per turn;
+    ``batch_size`` rows decode together, ``decode_slice`` tokens per ``generate`` call."""
+    if max_tool_turns < 0 or min(max_new_tokens, batch_size, num_samples, decode_slice) < 1:
         raise ValueError("rollout: need max_tool_turns >= 0 and max_new_tokens, batch_size, "
-                         "num_samples >= 1")
+                         "num_samples, decode_slice >= 1")
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} \
         if do_sample else {"do_sample": False}
     config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
@@ -225,11 +234,8 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
                 torch.no_grad():
             torch.manual_seed(seed)
-            for start in range(0, len(trajectories), batch_size):
-                chunk = trajectories[start:start + batch_size]
-                _roll_chunk(model, tokenizer, chunk, registry, config, max_tool_turns)
-                if bar is not None:
-                    bar.update(len(chunk))
+            _roll(model, tokenizer, trajectories, registry, config, max_tool_turns, batch_size,
+                  decode_slice, bar)
     finally:
         model.train(was_training)
         if bar is not None:
@@ -239,69 +245,77 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     return trajectories
 
 
-def _left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, mask) [B, max len] with each row right-aligned (pads first, mask 0 on them)."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row):] = torch.tensor(row)
-            mask[i, width - len(row):] = 1
-    return ids, mask
+@dataclass
+class _Row:
+    """A trajectory being decoded: its model turn so far."""
+
+    traj: Trajectory
+    turn: int = 0
+    turn_ids: list[int] = field(default_factory=list)
 
 
-def _shared_prefix_length(prompts: list[list[int]]) -> int:
-    """Tokens every prompt starts with, leaving at least one token of each prompt uncached."""
-    first, length = prompts[0], min(len(p) for p in prompts) - 1
-    for prompt in prompts[1:]:
-        length = next((i for i in range(length) if prompt[i] != first[i]), length)
-    return max(length, 0)
+def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: ToolRegistry,
+          config: GenerationConfig, max_tool_turns: int, batch_size: int, decode_slice: int,
+          bar: Any) -> None:
+    """The turn loop with continuous batching over one KV cache (`minimind_trl.envs.kv_batch`).
 
-
-def _roll_chunk(model: Any, tokenizer: Any, chunk: list[Trajectory], registry: ToolRegistry,
-                config: GenerationConfig, max_tool_turns: int) -> None:
-    """Run the turn loop for one batch; rows leave the batch as soon as they stop.
-
-    The KV cache is kept across turns: the prompts' shared prefix (the system turn with the tool
-    schemas) is encoded once and repeated over the rows, and each later turn feeds only the new
-    tool-turn ids. Rows are aligned by padding *inside* the sequence (mask 0): after the shared
-    prefix, after each row's ``<|im_end|>`` (the tokens ``generate`` appends to finished rows) and
-    before each row's tool turn. Positions come from the mask (``cumsum - 1``), so every real
-    token sits where it would without padding and no cached token is computed twice."""
+    Each ``generate`` call decodes at most ``decode_slice`` tokens (and never past a row's turn
+    budget). Then every row whose turn ended is recorded (`_take_turn`): rows that called tools
+    get their tool-turn ids as pending columns and go on, the others leave; rows still inside a
+    turn go on from their last token; and queued trajectories are encoded and join, up to
+    ``batch_size`` rows. Nothing is computed twice: the cache keeps every row's context, and a
+    new row's prompt is encoded once (identical prompts and the shared system turn once)."""
     schemas = registry.schemas()
-    device = next(model.parameters()).device
     pad, eos = config.pad_token_id, config.eos_token_id
-    active = list(chunk)
-    shared = _shared_prefix_length([traj.prompt_ids for traj in active])
-    cache = None
-    if shared:
-        prefix = torch.tensor([active[0].prompt_ids[:shared]], device=device)
-        cache = model(input_ids=prefix, use_cache=True).cache
-        cache.batch_repeat_interleave(len(active))
-    tail_ids, tail_mask = _left_padded([traj.prompt_ids[shared:] for traj in active], pad)
-    ids = torch.cat([torch.tensor(active[0].prompt_ids[:shared], dtype=torch.long).expand(len(active), -1),
-                     tail_ids], dim=1).to(device)
-    mask = torch.cat([torch.ones((len(active), shared), dtype=torch.long), tail_mask], dim=1).to(device)
-    for turn in range(max_tool_turns + 1):
-        output = model.generate(input_ids=ids, attention_mask=mask, cache=cache,
-                                generation_config=config)
-        sequences, cache = output.sequences, output.cache
-        new_ids, new_mask = [], torch.zeros_like(sequences[:, ids.shape[1]:])
-        for row, generated in enumerate(sequences[:, ids.shape[1]:].tolist()):
-            if eos in generated:
-                generated = generated[:generated.index(eos) + 1]
-            new_ids.append(generated)
-            new_mask[row, :len(generated)] = 1
-        contexts = [traj.prompt_ids + traj.completion_ids for traj in active]
-        tool_turns = [_take_turn(traj, context, generated, tokenizer, registry, schemas, turn, max_tool_turns)
-                      for traj, context, generated in zip(active, contexts, new_ids)]
-        keep = [row for row, tool_turn in enumerate(tool_turns) if tool_turn is not None]
-        if not keep:
-            return
-        index = torch.tensor(keep, device=device)
-        cache.batch_select_indices(index)
-        active = [active[row] for row in keep]
-        tool_ids, tool_mask = _left_padded([tool_turns[row] for row in keep], pad)
-        ids = torch.cat([sequences[index], tool_ids.to(device)], dim=1)
-        mask = torch.cat([mask[index], new_mask[index], tool_mask.to(device)], dim=1)
+    budget = config.max_new_tokens
+    sliced: dict[int, GenerationConfig] = {}  # max_new_tokens -> config
+    queue = deque(trajectories)
+    rows: list[_Row] = []
+    batch: KVBatch | None = None
+    while queue or rows:
+        if queue and len(rows) < batch_size:
+            joining = [queue.popleft() for _ in range(min(batch_size - len(rows), len(queue)))]
+            part = prefill(model, [traj.prompt_ids for traj in joining], pad)
+            batch = part if batch is None else merge(model, batch, part, pad)
+            rows += [_Row(traj) for traj in joining]
+        steps = min(decode_slice, min(budget - len(row.turn_ids) for row in rows))
+        if steps not in sliced:
+            sliced[steps] = copy.deepcopy(config)
+            sliced[steps].max_new_tokens = steps
+        output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
+                                generation_config=sliced[steps])
+        width = batch.ids.shape[1]
+        generated = output.sequences[:, width:]  # (B, n <= steps); pads after a row's eos
+        generated_mask = torch.zeros_like(generated)
+        keep, pending, pending_mask = [], [], []
+        for i, (row, new) in enumerate(zip(rows, generated.tolist())):
+            ended = eos in new
+            new = new[:new.index(eos) + 1] if ended else new
+            generated_mask[i, :len(new)] = 1
+            row.turn_ids += new
+            last = [(generated[i, -1].item(), int(generated_mask[i, -1]))]  # not yet in the cache
+            if not ended and len(row.turn_ids) < budget:  # inside its turn: go on
+                tool_turn: list[int] | None = []
+            else:
+                context = row.traj.prompt_ids + row.traj.completion_ids
+                tool_turn = _take_turn(row.traj, context, row.turn_ids, tokenizer, registry, schemas,
+                                       row.turn, max_tool_turns)
+                row.turn, row.turn_ids = row.turn + 1, []
+            if tool_turn is None:
+                if bar is not None:
+                    bar.update(1)
+                continue
+            keep.append(i)
+            pending.append([token for token, _ in last] + tool_turn)
+            pending_mask.append([m for _, m in last] + [1] * len(tool_turn))
+        rows = [rows[i] for i in keep]
+        if not rows:
+            batch = None
+            continue
+        index = torch.tensor(keep, device=batch.ids.device)
+        if output.cache is not None:
+            output.cache.batch_select_indices(index)
+        new_ids, new_mask = left_padded(pending, pad, pending_mask)
+        ids = torch.cat([output.sequences[index, :-1], new_ids.to(index.device)], 1)
+        mask = torch.cat([batch.mask[index], generated_mask[index, :-1], new_mask.to(index.device)], 1)
+        batch = KVBatch(ids, mask, output.cache, new_ids.shape[1])

@@ -1,0 +1,186 @@
+"""Rows of token ids decoded together over one KV cache: encode prompts, add rows, drop rows.
+
+Layout of a :class:`KVBatch` (B rows, W columns)::
+
+    ids, mask     [B, W]            every column the rows have seen (mask 0 on pads)
+    cache         [B, H, W - P, D]  keys / values of the first W - P columns, per layer
+    pending = P                     the last P columns, fed by the next forward
+
+``model.generate(input_ids=ids, attention_mask=mask, cache=cache)`` feeds exactly the pending
+columns. Rows of different lengths are aligned by pads *inside* the sequence (wherever a row is
+shorter, not only at its start); positions come from the mask (``cumsum - 1``), so every real
+token sits at the position it would have without pads, and the pads' cache entries are zeros
+that the mask hides.
+
+Encoding (:func:`prefill`) does no redundant work: identical prompts (the samples of one task)
+are encoded once, the prefix every prompt shares (the system turn) once, and the rest in
+length-sorted groups with little padding; the cache rows are then assembled and repeated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import DynamicCache
+
+MAX_PAD_FRACTION = 0.125
+"""A prefill group takes the next (shorter) prompt only while pads stay under this share of its
+tokens: pads cost as much compute as real tokens."""
+MAX_GROUP_TOKENS = 16384
+"""Tokens (pads included) per prefill forward, to bound activation memory."""
+
+
+@dataclass
+class KVBatch:
+    """See the module docstring. ``cache`` is None only when no column is cached yet."""
+
+    ids: torch.Tensor  # (B, W)
+    mask: torch.Tensor  # (B, W)
+    cache: DynamicCache | None
+    pending: int
+
+    @property
+    def cached(self) -> int:
+        return self.ids.shape[1] - self.pending
+
+
+def left_padded(rows: list[list[int]], pad: int, masks: list[list[int]] | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask) [B, max len] with each row right-aligned; mask 0 on the pads before it (and
+    wherever ``masks`` gives 0 inside a row)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row):] = torch.tensor(row)
+            mask[i, width - len(row):] = torch.tensor(masks[i]) if masks is not None else 1
+    return ids, mask
+
+
+def shared_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving at least one token of each prompt uncached."""
+    first, length = prompts[0], min(len(p) for p in prompts) - 1
+    for prompt in prompts[1:]:
+        length = next((i for i in range(length) if prompt[i] != first[i]), length)
+    return max(length, 0)
+
+
+def length_groups(lengths: list[int], max_pad_fraction: float = MAX_PAD_FRACTION,
+                  max_tokens: int = MAX_GROUP_TOKENS) -> list[list[int]]:
+    """Indices of ``lengths`` in groups, longest first, each padded to its longest member with
+    pads < ``max_pad_fraction`` of its tokens and at most ``max_tokens`` tokens (one row alone
+    may exceed it)."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
+        if groups:
+            group = groups[-1]
+            longest, size = lengths[group[0]], len(group) + 1
+            pads = size * longest - sum(lengths[j] for j in group) - lengths[i]
+            if pads <= max_pad_fraction * size * longest and size * longest <= max_tokens:
+                group.append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
+def cache_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) [B, H, T, D] per layer."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def cache_from_tensors(model, tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    cache = DynamicCache(config=model.config)
+    for layer, (keys, values) in enumerate(tensors):
+        cache.update(keys, values, layer)
+    return cache
+
+
+def prefill(model, prompts: list[list[int]], pad: int) -> KVBatch:
+    """Encode all but the last token of each prompt; the batch's one pending column is each
+    prompt's last token. Rows: [shared prefix | pads | rest of the prompt]."""
+    device = next(model.parameters()).device
+    distinct: dict[tuple[int, ...], int] = {}
+    rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    unique = [list(p) for p in distinct]
+    shared = shared_prefix_length(unique)
+    tails = [p[shared:] for p in unique]  # each >= 1 token
+    tail_ids, tail_mask = left_padded(tails, pad)
+    n, width = len(unique), shared + tail_ids.shape[1]
+    ids = torch.cat([torch.tensor(unique[0][:shared], dtype=torch.long).expand(n, -1), tail_ids], 1).to(device)
+    mask = torch.cat([torch.ones((n, shared), dtype=torch.long), tail_mask], 1).to(device)
+    cached = width - 1
+
+    prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
+    if shared:
+        out = model(input_ids=ids[:1, :shared], use_cache=True, logits_to_keep=1)
+        prefix = cache_tensors(out.cache)
+    layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def allocate(like: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [tuple(t.new_zeros((n, t.shape[1], cached, t.shape[3])) for t in kv) for kv in like]
+
+    for group in length_groups([len(t) for t in tails]):
+        longest = len(tails[group[0]])
+        if longest == 1:  # nothing past the shared prefix to encode
+            continue
+        g_ids, g_mask = left_padded([tails[i][:-1] for i in group], pad)  # (g, longest - 1)
+        g_ids, g_mask = g_ids.to(device), g_mask.to(device)
+        cache = cache_from_tensors(model, [(k.expand(len(group), -1, -1, -1), v.expand(len(group), -1, -1, -1))
+                                           for k, v in prefix]) if prefix else None
+        attention = torch.cat([torch.ones((len(group), shared), dtype=torch.long, device=device), g_mask], 1)
+        positions = (shared + g_mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=g_ids, attention_mask=attention, position_ids=positions, cache=cache,
+                    use_cache=True, logits_to_keep=1)
+        encoded = cache_tensors(out.cache)
+        if layers is None:
+            layers = allocate(encoded)
+        index = torch.tensor(group, device=device)
+        for (keys, values), (k, v) in zip(layers, encoded):  # right-aligned, like the tails
+            keys[index, :, cached - (longest - 1):] = k[:, :, shared:]
+            values[index, :, cached - (longest - 1):] = v[:, :, shared:]
+    if layers is None and prefix:
+        layers = allocate(prefix)
+    if layers is None:  # one-token prompts: nothing to cache
+        return KVBatch(ids[rows], mask[rows], None, width)
+    hide = mask[:, None, :cached, None] == 0  # (n, 1, cached, 1): pads' entries become zeros
+    select = torch.tensor(rows, device=device)  # repeats identical prompts
+    tensors = []
+    for layer, (keys, values) in enumerate(layers):
+        if shared:
+            keys[:, :, :shared], values[:, :, :shared] = prefix[layer]
+        tensors.append((keys.masked_fill_(hide, 0.0)[select], values.masked_fill_(hide, 0.0)[select]))
+    return KVBatch(ids[select], mask[select], cache_from_tensors(model, tensors), 1)
+
+
+def merge(model, first: KVBatch, second: KVBatch, pad: int) -> KVBatch:
+    """Rows of ``first`` then ``second``: each side's cached and pending columns are widened on
+    their left with pads (cache entries zero) to the wider side's."""
+    cached, pending = max(first.cached, second.cached), max(first.pending, second.pending)
+    parts = []
+    for batch in (first, second):
+        grow_cached, grow_pending = cached - batch.cached, pending - batch.pending
+        rows = batch.ids.shape[0]
+
+        def widen(t: torch.Tensor, fill: int) -> torch.Tensor:
+            def pads(k: int) -> torch.Tensor:
+                return t.new_full((rows, k), fill)
+            return torch.cat([pads(grow_cached), t[:, :batch.cached], pads(grow_pending), t[:, batch.cached:]], 1)
+
+        kv = []
+        if batch.cache is not None:
+            kv = [tuple(F.pad(t, (0, 0, grow_cached, 0)) for t in pair) for pair in cache_tensors(batch.cache)]
+        parts.append((widen(batch.ids, pad), widen(batch.mask, 0), kv))
+    (ids_a, mask_a, kv_a), (ids_b, mask_b, kv_b) = parts
+    like = kv_a or kv_b
+    if not like:
+        return KVBatch(torch.cat([ids_a, ids_b]), torch.cat([mask_a, mask_b]), None, pending)
+
+    def zeros(rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # a side with nothing cached
+        return [tuple(t.new_zeros((rows,) + t.shape[1:]) for t in pair) for pair in like]
+
+    kv_a, kv_b = kv_a or zeros(ids_a.shape[0]), kv_b or zeros(ids_b.shape[0])
+    tensors = [(torch.cat([ka, kb]), torch.cat([va, vb])) for (ka, va), (kb, vb) in zip(kv_a, kv_b)]
+    return KVBatch(torch.cat([ids_a, ids_b]), torch.cat([mask_a, mask_b]), cache_from_tensors(model, tensors), pending)

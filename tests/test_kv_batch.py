@@ -1,0 +1,128 @@
+"""`minimind_trl.envs.kv_batch`: prompts encoded once into one padded KV cache, rows added and
+dropped, must give the next-token logits of a plain forward pass over each row alone."""
+
+import pytest
+import torch
+
+from minimind_trl.envs.kv_batch import KVBatch, length_groups, merge, prefill, shared_prefix_length
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+
+PAD = 0
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(3)
+    sharp = MiniMindForCausalLM(get_preset("tiny")).eval()
+    with torch.no_grad():  # large weights: logits that depend strongly on the context
+        for parameter in sharp.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.2)
+    return sharp
+
+
+class FedTokens:
+    """Counts the token positions (pads included) every forward computes."""
+
+    def __init__(self, model):
+        self.count = 0
+        self.handle = model.register_forward_pre_hook(self, with_kwargs=True)
+
+    def __call__(self, module, args, kwargs):
+        self.count += kwargs["input_ids"].numel()
+
+
+def next_logits(model, batch: KVBatch) -> torch.Tensor:
+    """Logits [B, V] after feeding the pending columns, positions from the mask."""
+    positions = (batch.mask.cumsum(-1) - 1).clamp(min=0)[:, batch.cached:]
+    with torch.no_grad():
+        out = model(input_ids=batch.ids[:, batch.cached:], attention_mask=batch.mask,
+                    position_ids=positions, cache=batch.cache, use_cache=True)
+    return out.logits[:, -1]
+
+
+def plain_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0, -1]
+
+
+def prompts_with(prefix: list[int], tails: list[list[int]]) -> list[list[int]]:
+    return [prefix + tail for tail in tails]
+
+
+PREFIX = [1, 40, 41, 42, 43, 44]
+TAIL_A = list(range(100, 110))  # 10 tokens
+TAIL_B = list(range(200, 210))  # 10 tokens
+TAIL_C = [300, 301, 302]  # 3 tokens
+TAIL_D = list(range(400, 409))  # 9 tokens
+
+
+def test_prefill_encodes_each_distinct_prompt_once_and_matches_plain_forward(model):
+    a, b, c, d = prompts_with(PREFIX, [TAIL_A, TAIL_B, TAIL_C, TAIL_D])
+    prompts = [a, b, a, c, b, d, a]
+    fed = FedTokens(model)
+    with torch.no_grad():
+        batch = prefill(model, prompts, PAD)
+    fed.handle.remove()
+    # Shared prefix once; tails minus their last token: A, B and D in one group (D padded by
+    # one: 1 of 27 positions), C alone (in that group 7 of 36 positions would be pads > 1/8).
+    assert fed.count == len(PREFIX) + 3 * 9 + 1 * 2
+    assert batch.pending == 1 and batch.ids.shape == (7, len(PREFIX) + 10)
+    assert batch.cache.get_seq_length() == batch.cached == len(PREFIX) + 9
+    for row, prompt in enumerate(prompts):  # pads sit inside the row, after the shared prefix
+        assert batch.ids[row][batch.mask[row].bool()].tolist() == prompt
+    logits = next_logits(model, batch)
+    for row, prompt in enumerate(prompts):
+        torch.testing.assert_close(logits[row], plain_logits(model, prompt), atol=1e-4, rtol=1e-4)
+
+
+def test_prefill_of_one_repeated_prompt_and_of_prompts_without_shared_prefix(model):
+    prompt = PREFIX + TAIL_A
+    batch = prefill(model, [prompt] * 3, PAD)  # only the prefix step: all but one token shared
+    assert batch.cached == len(prompt) - 1 and not (batch.mask == 0).any()
+    for logits in next_logits(model, batch):
+        torch.testing.assert_close(logits, plain_logits(model, prompt), atol=1e-4, rtol=1e-4)
+    different = [[5] + TAIL_A, [6] + TAIL_D, [7] + TAIL_C]  # nothing shared; pads come first
+    batch = prefill(model, different, PAD)
+    for logits, ids in zip(next_logits(model, batch), different):
+        torch.testing.assert_close(logits, plain_logits(model, ids), atol=1e-4, rtol=1e-4)
+
+
+def test_merge_widens_cached_and_pending_columns(model):
+    a, b, c = prompts_with(PREFIX, [TAIL_A, TAIL_B, TAIL_C])
+    with torch.no_grad():
+        first = prefill(model, [a, c], PAD)
+        # Two rows that have more to feed than their last prompt token (a tool turn, say): one
+        # with three extra tokens, one with one extra token after a pad inside the pending part.
+        second = prefill(model, [b[:-4], c], PAD)
+    extra = torch.tensor([[500, 501, 502], [PAD, PAD, 503]])
+    second = KVBatch(torch.cat([second.ids, extra], 1),
+                     torch.cat([second.mask, torch.tensor([[1, 1, 1], [0, 0, 1]])], 1),
+                     second.cache, second.pending + 3)
+    merged = merge(model, first, second, PAD)
+    assert merged.pending == 4 and merged.cached == max(first.cached, second.cached)
+    assert merged.cache.get_seq_length() == merged.cached
+    expected = [a, c, b[:-4] + [500, 501, 502], c + [503]]
+    for row, ids in enumerate(expected):
+        assert merged.ids[row][merged.mask[row].bool()].tolist() == ids
+    for logits, ids in zip(next_logits(model, merged), expected):
+        torch.testing.assert_close(logits, plain_logits(model, ids), atol=1e-4, rtol=1e-4)
+
+
+def test_length_groups_bound_padding_and_size():
+    lengths = [100, 98, 97, 60, 59, 10, 100, 9]
+    groups = length_groups(lengths, max_pad_fraction=0.125, max_tokens=250)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        longest = max(lengths[i] for i in group)
+        assert lengths[group[0]] == longest
+        pads = len(group) * longest - sum(lengths[i] for i in group)
+        assert pads <= 0.125 * len(group) * longest
+        assert len(group) * longest <= 250 or len(group) == 1
+    assert groups == [[0, 6], [1, 2], [3, 4], [5, 7]]
+
+
+def test_shared_prefix_length_leaves_one_token_of_each_prompt():
+    assert shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2
+    assert shared_prefix_length([[1, 2, 3, 4], [1, 2, 9]]) == 2
+    assert shared_prefix_length([[1, 2], [7, 2]]) == 0
