@@ -19,7 +19,7 @@ from minimind_trl.envs.environment import (
     record_from_completion,
     with_open_thinking,
 )
-from minimind_trl.envs.rollout import prompt_ids_for, task_messages
+from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import load_tokenizer
@@ -199,6 +199,13 @@ def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry
         offered = json.dumps(registry.schemas(["calculate_math"])[0], ensure_ascii=False)
         assert offered in tokenizer.decode(prompt)
         assert env.open_thinking is ROWS[key] and record.n_model_tokens == sum(tool_mask)
+
+        # Evaluation's rollout of the same row: the same ids, mask and observations (TRL's error
+        # repr for the unknown tool included), so evaluation scores what training produced.
+        (traj,) = rollout(trainer.model, tokenizer, [{"conversations": row["prompt"]}], registry,
+                          max_tool_turns=2, open_thinking=ROWS[key], progress=False)
+        assert traj.prompt_ids == prompt and traj.completion_ids == completion, key
+        assert traj.action_mask == tool_mask and traj.observations == record.observations, key
 
         if key in ("[call]", "[think]"):
             assert record.finished and record.n_turns == 2 and record.valid_calls == 1

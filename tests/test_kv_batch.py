@@ -4,7 +4,15 @@ dropped, must give the next-token logits of a plain forward pass over each row a
 import pytest
 import torch
 
-from minimind_trl.envs.kv_batch import KVBatch, length_groups, merge, prefill, shared_prefix_length
+from minimind_trl.envs.kv_batch import (
+    GrowingLayer,
+    KVBatch,
+    compact,
+    length_groups,
+    merge,
+    prefill,
+    shared_prefix_length,
+)
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 
 PAD = 0
@@ -107,6 +115,46 @@ def test_merge_widens_cached_and_pending_columns(model):
         assert merged.ids[row][merged.mask[row].bool()].tolist() == ids
     for logits, ids in zip(next_logits(model, merged), expected):
         torch.testing.assert_close(logits, plain_logits(model, ids), atol=1e-4, rtol=1e-4)
+
+
+def feed(model, batch: KVBatch, ids: list[list[int]], mask: list[list[int]]) -> KVBatch:
+    """Run the pending columns through the model (into the cache); ``ids`` become pending."""
+    next_logits(model, batch)
+    return KVBatch(torch.cat([batch.ids, torch.tensor(ids)], 1), torch.cat([batch.mask, torch.tensor(mask)], 1),
+                   batch.cache, len(ids[0]))
+
+
+def test_compact_drops_pads_inside_the_cache(model):
+    a, c = prompts_with(PREFIX, [TAIL_A, TAIL_C])
+    batch = prefill(model, [a, c], PAD)
+    # Row 0 waits (pads) while row 1 appends three tokens, twice: pads inside row 0's cache.
+    batch = feed(model, batch, [[PAD, PAD, 500], [501, 502, 503]], [[0, 0, 1], [1, 1, 1]])
+    batch = feed(model, batch, [[PAD, PAD, 504], [505, 506, 507]], [[0, 0, 1], [1, 1, 1]])
+    batch = feed(model, batch, [[508], [509]], [[1], [1]])
+    expected = [a + [500, 504, 508], c + [501, 502, 503, 505, 506, 507, 509]]
+    assert compact(batch, slack=1.0) is batch  # within the slack: left alone
+    packed = compact(batch, slack=0.0)
+    longest = max(len(ids) for ids in expected) - 1  # the last token of each row is pending
+    assert packed.cached == packed.cache.get_seq_length() == longest < batch.cached
+    for row, ids in enumerate(expected):
+        assert packed.ids[row][packed.mask[row].bool()].tolist() == ids
+    for logits, ids in zip(next_logits(model, packed), expected):
+        torch.testing.assert_close(logits, plain_logits(model, ids), atol=1e-4, rtol=1e-4)
+
+
+def test_growing_layer_appends_in_place_and_matches_concatenation():
+    layer = GrowingLayer()
+    chunks = [torch.randn(2, 3, n, 4) for n in (5, 1, 1, 200, 1)]
+    for i, chunk in enumerate(chunks):
+        keys, values = layer.update(chunk, -chunk)
+        expected = torch.cat(chunks[:i + 1], dim=2)
+        assert torch.equal(keys, expected) and torch.equal(values, -expected)
+        assert layer.get_seq_length() == expected.shape[2]
+    storage = layer.keys.untyped_storage().data_ptr()
+    layer.update(chunks[1], chunks[1])  # room to spare: written in place, no new buffer
+    assert layer.keys.untyped_storage().data_ptr() == storage
+    layer.batch_select_indices(torch.tensor([1]))  # whole-cache edits go through the setters
+    assert layer.keys.shape == (1, 3, 209, 4) and torch.equal(layer.keys[0, :, :5], chunks[0][1])
 
 
 def test_length_groups_bound_padding_and_size():

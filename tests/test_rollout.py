@@ -144,9 +144,12 @@ def test_scripted_rollout_records_masks_and_rendering(tokenizer, registry, model
     assert_matches_rendering(tokenizer, tasks[0], call, [call.observations, []])
 
     # Hostile arguments are error observations and the rollout goes on; string arguments are
-    # cast to the schema type as in TRL ("3" -> 3 for an integer parameter).
+    # cast to the schema type as in TRL ("3" -> 3 for an integer parameter). An unknown tool gets
+    # the observation TRL's training loop writes (a Python repr), the others the tool's JSON.
     assert (hostile.valid_calls, hostile.failed_calls, hostile.malformed_calls) == (1, 4, 0)
-    assert [list(json.loads(o)) for o in hostile.observations] == [["error"]] * 4 + [["result"]]
+    assert hostile.observations[1] == "{'error': 'Tool rm_rf not found.'}"
+    assert [list(json.loads(o)) for o in hostile.observations[:1] + hostile.observations[2:]] == \
+        [["error"]] * 3 + [["result"]]
     assert hostile.tool_calls[-1]["arguments"] == {"min": 3, "max": 3}
     assert hostile.finished and hostile.n_turns == 2
     assert_matches_rendering(tokenizer, tasks[1], hostile, [hostile.observations, []])

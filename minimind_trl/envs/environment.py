@@ -16,6 +16,8 @@ How TRL 1.16 drives an environment (read from ``trl/trainer/grpo_trainer.py``):
   environment's logic: TRL writes ``str({"error": ...})`` (a Python repr) as the observation and
   counts it in ``tools/failure_frequency``. Our tools never raise; their failures are JSON
   ``{"error": ...}`` observations that TRL does *not* count: read the `TrajectoryRecord`s.
+  Evaluation dispatches calls the same way (`call_as_trl`), so a model sees the same observation
+  for the same call in training and in evaluation.
 * Loop: generate; rows whose parsed reply has calls (a reply with any malformed block parses
   as plain text) run them, get the tool turn appended as ids and generate again, at most
   ``GRPOConfig.max_tool_calling_iterations`` times (None = unbounded): that is our
@@ -156,6 +158,26 @@ class ToolEnvironment:
         self.call_log.append(ToolCallLog(name, dict(arguments), observation,
                                          not is_error_observation(observation)))
         return observation
+
+
+def environment_tools(environment: Any) -> dict[str, Any]:
+    """The tools TRL's loop offers for ``environment``, by name: the bound public functions of
+    its class except ``reset`` and ``get_reward``."""
+    return {name: getattr(environment, name)
+            for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
+            if name not in _RESERVED and not name.startswith("_")}
+
+
+def call_as_trl(tools: dict[str, Any], name: str, arguments: Any) -> str:
+    """The observation TRL 1.16's tool loop writes for one parsed call: ``str(tool(**arguments))``;
+    an unknown name or any exception (non-object arguments included) becomes
+    ``str({"error": message})``, a Python repr, as in training."""
+    try:
+        if name not in tools:
+            raise ValueError(f"Tool {name} not found.")
+        return str(tools[name](**arguments))
+    except Exception as error:  # noqa: BLE001 - TRL reports every failure as an observation
+        return str({"error": str(error)})
 
 
 def _annotation(param: ParamSpec) -> Any:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 MAX_PAD_FRACTION = 0.125
 """A prefill group takes the next (shorter) prompt only while pads stay under this share of its
@@ -86,13 +86,65 @@ def length_groups(lengths: list[int], max_pad_fraction: float = MAX_PAD_FRACTION
     return groups
 
 
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values live in buffers with room to spare along the
+    sequence: an update writes the new positions in place (the buffers grow by a quarter plus
+    128 positions when full) where ``DynamicLayer`` concatenates, i.e. copies the whole cache, at
+    every decode step. ``keys`` / ``values`` are views of the filled part."""
+
+    def __init__(self, **kwargs):
+        self._keys = self._values = None
+        self._length = 0
+        super().__init__(**kwargs)
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        if self._keys is None or self._keys.dim() != 4:
+            return self._keys
+        return self._keys[:, :, :self._length]
+
+    @keys.setter
+    def keys(self, tensor: torch.Tensor | None) -> None:  # whole-cache edits (select rows, crop)
+        self._keys = tensor
+        self._length = tensor.shape[-2] if tensor is not None and tensor.dim() == 4 else 0
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        if self._values is None or self._values.dim() != 4:
+            return self._values
+        return self._values[:, :, :self._length]
+
+    @values.setter
+    def values(self, tensor: torch.Tensor | None) -> None:
+        self._values = tensor
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, new = self._length, key_states.shape[-2]
+        if self._keys is None or self._keys.dim() != 4 or start + new > self._keys.shape[-2]:
+            capacity = start + new + max(128, start // 4)
+            grown = [t.new_empty(t.shape[:2] + (capacity, t.shape[-1])) for t in (key_states, value_states)]
+            if start:
+                grown[0][:, :, :start] = self._keys[:, :, :start]
+                grown[1][:, :, :start] = self._values[:, :, :start]
+            self._keys, self._values = grown
+        self._keys[:, :, start:start + new] = key_states
+        self._values[:, :, start:start + new] = value_states
+        self._length = start + new
+        return self.keys, self.values
+
+
 def cache_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(keys, values) [B, H, T, D] per layer."""
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def cache_from_tensors(model, tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A ``DynamicCache`` of :class:`GrowingLayer` holding ``tensors``."""
     cache = DynamicCache(config=model.config)
+    cache.layers = [GrowingLayer() for _ in cache.layers]
     for layer, (keys, values) in enumerate(tensors):
         cache.update(keys, values, layer)
     return cache
@@ -153,6 +205,31 @@ def prefill(model, prompts: list[list[int]], pad: int) -> KVBatch:
             keys[:, :, :shared], values[:, :, :shared] = prefix[layer]
         tensors.append((keys.masked_fill_(hide, 0.0)[select], values.masked_fill_(hide, 0.0)[select]))
     return KVBatch(ids[select], mask[select], cache_from_tensors(model, tensors), 1)
+
+
+def compact(batch: KVBatch, slack: float = 0.25) -> KVBatch:
+    """Drop the pads inside the cached columns once the cache is wider than ``1 + slack`` times
+    the longest row's real cached tokens (rows that stay inside a turn get a pad for every
+    tool-turn position another row appends). Each row's cached tokens keep their order, moved
+    right against the pending columns; positions come from the mask, so they do not change."""
+    cached = batch.cached
+    if batch.cache is None or cached == 0:
+        return batch
+    real = batch.mask[:, :cached].bool()  # (B, C)
+    width = int(real.sum(1).max())
+    if cached <= (1 + slack) * width:
+        return batch
+    # Stable sort of pads (0) before real tokens (1): the last `width` columns right-align each row.
+    source = torch.sort(real.to(torch.int8), dim=1, stable=True).indices[:, cached - width:]  # (B, width)
+    ids = torch.cat([batch.ids[:, :cached].gather(1, source), batch.ids[:, cached:]], 1)
+    mask = torch.cat([batch.mask[:, :cached].gather(1, source), batch.mask[:, cached:]], 1)
+    hide = mask[:, None, :width, None] == 0
+    for layer in batch.cache.layers:
+        keys, values = layer.keys, layer.values
+        index = source[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        layer.keys = keys.gather(2, index).masked_fill_(hide, 0.0)
+        layer.values = values.gather(2, index).masked_fill_(hide, 0.0)
+    return KVBatch(ids, mask, batch.cache, batch.pending)
 
 
 def merge(model, first: KVBatch, second: KVBatch, pad: int) -> KVBatch:

@@ -13,7 +13,9 @@
 3. The turn is parsed exactly as TRL's loop parses it (``trl.chat_template_utils.parse_response``
    with the tokenizer's ``response_template`` and the registry's schemas, which also cast string
    arguments to the schema types; a reply with any malformed ``<tool_call>`` block is plain
-   text). Its calls run through the registry (failures are ``{"error": ...}`` observations).
+   text). Its calls run as TRL's loop runs them in training (`environment.call_as_trl` on the
+   registry's environment: a tool's failure is its ``{"error": ...}`` JSON observation, an
+   unknown tool or non-object arguments TRL's ``{'error': ...}`` repr).
    The tool turn ``\\n<|im_start|>user\\n<tool_response>\\n{obs}\\n</tool_response><|im_end|>\\n
    <|im_start|>assistant\\n`` + think prefix is rendered by the template and appended as ids.
 4. Rows with calls continue, the others drop out; after ``max_tool_turns`` tool rounds a row
@@ -38,8 +40,8 @@ from transformers import GenerationConfig
 from trl.chat_template_utils import parse_response
 
 from minimind_trl.data.formats import conversations_to_messages
-from minimind_trl.envs.kv_batch import KVBatch, left_padded, merge, prefill
-from minimind_trl.envs.registry import ToolRegistry, error_observation
+from minimind_trl.envs.kv_batch import KVBatch, compact, left_padded, merge, prefill
+from minimind_trl.envs.registry import ToolRegistry
 from minimind_trl.envs.tools import parse_tool_calls
 
 DEFAULT_MAX_TOOL_TURNS = 3
@@ -161,9 +163,10 @@ def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
 
 
 def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: Any,
-               registry: ToolRegistry, schemas: list[dict], turn: int, max_tool_turns: int) -> list[int] | None:
-    """Record one model turn (``ids`` generated after ``context``); run its calls and append the
-    tool turn. Returns the tool turn's ids when the row goes on to another turn, else None."""
+               call_tool: Any, schemas: list[dict], turn: int, max_tool_turns: int) -> list[int] | None:
+    """Record one model turn (``ids`` generated after ``context``); run its calls
+    (``call_tool(name, arguments) -> observation``) and append the tool turn. Returns the tool
+    turn's ids when the row goes on to another turn, else None."""
     eos = tokenizer.eos_token_id
     ended = bool(ids) and ids[-1] == eos
     text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
@@ -187,9 +190,7 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     if turn >= max_tool_turns:
         traj.pending_call = True
         return None
-    observations = [registry.call(c["name"], c["arguments"]) if isinstance(c["arguments"], dict)
-                    else error_observation("tool call arguments must be a JSON object")
-                    for c in calls]
+    observations = [call_tool(c["name"], c["arguments"]) for c in calls]
     traj.observations += observations
     failed = sum(is_error_observation(o) for o in observations)
     traj.failed_calls += failed
@@ -265,7 +266,16 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
     turn go on from their last token; and queued trajectories are encoded and join, up to
     ``batch_size`` rows. Nothing is computed twice: the cache keeps every row's context, and a
     new row's prompt is encoded once (identical prompts and the shared system turn once)."""
+    from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
+
     schemas = registry.schemas()
+    environment = make_environment_class(registry)()  # the tools as training's loop calls them
+    tools = environment_tools(environment)
+
+    def call_tool(name: str, arguments: Any) -> str:
+        environment.reset()  # keeps its call log from growing over an evaluation
+        return call_as_trl(tools, name, arguments)
+
     pad, eos = config.pad_token_id, config.eos_token_id
     budget = config.max_new_tokens
     sliced: dict[int, GenerationConfig] = {}  # max_new_tokens -> config
@@ -298,7 +308,7 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
                 tool_turn: list[int] | None = []
             else:
                 context = row.traj.prompt_ids + row.traj.completion_ids
-                tool_turn = _take_turn(row.traj, context, row.turn_ids, tokenizer, registry, schemas,
+                tool_turn = _take_turn(row.traj, context, row.turn_ids, tokenizer, call_tool, schemas,
                                        row.turn, max_tool_turns)
                 row.turn, row.turn_ids = row.turn + 1, []
             if tool_turn is None:
@@ -318,4 +328,4 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
         new_ids, new_mask = left_padded(pending, pad, pending_mask)
         ids = torch.cat([output.sequences[index, :-1], new_ids.to(index.device)], 1)
         mask = torch.cat([batch.mask[index], generated_mask[index, :-1], new_mask.to(index.device)], 1)
-        batch = KVBatch(ids, mask, output.cache, new_ids.shape[1])
+        batch = compact(KVBatch(ids, mask, output.cache, new_ids.shape[1]))
