@@ -7,13 +7,20 @@ from minimind_trl.eval import stats
 from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics, per_question_values
 
 RECORDS = [
-    # id, success, all covered, hits, tool calls, answer length, op type
-    dict(id="q1", success=True, all_gt_covered=True, gt_hits=[True], n_tool_calls=1, answer_length=10, op_type="arith"),
-    dict(id="q2", success=False, all_gt_covered=False, gt_hits=[True, False], n_tool_calls=2, answer_length=30, op_type="unit"),
-    dict(id="q3", success=False, all_gt_covered=False, gt_hits=[False], n_tool_calls=0, answer_length=5, op_type="arith"),
-    dict(id="q4", success=True, all_gt_covered=True, gt_hits=[True, True, True], n_tool_calls=1, answer_length=40, op_type="fx"),
-    dict(id="q5", success=False, all_gt_covered=True, gt_hits=[True, True], n_tool_calls=2, answer_length=15, op_type="unit"),
+    # id, success, all covered, hits, tool calls (valid, failed), turns, answer length, op type
+    dict(id="q1", success=True, all_gt_covered=True, gt_hits=[True], n_tool_calls=1, valid_calls=1,
+         failed_calls=0, num_turns=2, answer_length=10, op_type="arith"),
+    dict(id="q2", success=False, all_gt_covered=False, gt_hits=[True, False], n_tool_calls=2, valid_calls=1,
+         failed_calls=1, num_turns=3, answer_length=30, op_type="unit"),
+    dict(id="q3", success=False, all_gt_covered=False, gt_hits=[False], n_tool_calls=0, valid_calls=0,
+         failed_calls=0, num_turns=1, answer_length=5, op_type="arith"),
+    dict(id="q4", success=True, all_gt_covered=True, gt_hits=[True, True, True], n_tool_calls=1, valid_calls=1,
+         failed_calls=0, num_turns=2, answer_length=40, op_type="fx"),
+    # two calls in the last turn, never run (turn cap): neither valid nor failed
+    dict(id="q5", success=False, all_gt_covered=True, gt_hits=[True, True], n_tool_calls=2, valid_calls=0,
+         failed_calls=0, num_turns=4, answer_length=15, op_type="unit"),
 ]
+COUNTS = ("n_tool_calls", "valid_calls", "failed_calls", "num_turns", "answer_length")
 
 
 def _compute(metric, records):
@@ -21,8 +28,7 @@ def _compute(metric, records):
         success=[int(r["success"]) for r in records],
         all_gt_covered=[int(r["all_gt_covered"]) for r in records],
         gt_hits=[r["gt_hits"] for r in records],
-        n_tool_calls=[r["n_tool_calls"] for r in records],
-        answer_length=[r["answer_length"] for r in records],
+        **{key: [r[key] for r in records] for key in COUNTS},
         op_type=[r["op_type"] for r in records],
     )
 
@@ -42,6 +48,9 @@ def test_metric_loads_by_path_and_computes_documented_numbers(path):
     assert out["tool_count_match"] == pytest.approx(3 / 5)
     assert out["mean_tool_calls"] == pytest.approx(6 / 5)
     assert out["mean_answer_length"] == pytest.approx(100 / 5)
+    assert out["valid_call_rate"] == pytest.approx(3 / 6)  # valid 1+1+0+1+0 of 6 calls
+    assert out["failures_per_question"] == pytest.approx(1 / 5)
+    assert out["mean_turns"] == pytest.approx(12 / 5)
 
     assert sorted(out["by_n_gt"]) == ["1", "2", "3"]
     one = out["by_n_gt"]["1"]  # q1, q3
@@ -55,6 +64,10 @@ def test_metric_loads_by_path_and_computes_documented_numbers(path):
     assert unit["count"] == 2 and unit["task_success"] == 0.0
     assert unit["micro_gt_coverage"] == pytest.approx(3 / 4)
     assert out["by_op_type"]["fx"]["task_success"] == 1.0
+    assert unit["valid_call_rate"] == pytest.approx(1 / 4) and unit["mean_turns"] == pytest.approx(3.5)
+    assert out["by_op_type"]["arith"]["valid_call_rate"] == 1.0  # q1's one call; q3 made none
+    no_calls = _compute(metric, [RECORDS[2]])
+    assert no_calls["valid_call_rate"] is None and no_calls["tool_call_rate"] == 0.0
 
 
 def test_pass_at_k_config_matches_stats():

@@ -1,4 +1,4 @@
-"""Reward functions (task, components, upstream parity, reward model) and trajectory metrics."""
+"""Reward functions (task, components, upstream parity, reward model)."""
 
 import json
 import math
@@ -7,16 +7,13 @@ import pytest
 
 from minimind_trl.plugins import get_reward_function
 from minimind_trl.rewards import (
-    TrajectoryRecord,
     coverage_reward,
     format_reward,
     lenient_gt_hits,
     make_minimind_agent_reward,
     make_task_reward,
-    record_from_completion,
     rep_penalty,
     success_reward,
-    summarize_trajectories,
     task_reward,
     verify,
     view_completion,
@@ -252,42 +249,3 @@ def test_reward_model_reward_end_to_end(reward_model_dir):
     assert scores[2] == pytest.approx(single, abs=1e-4)
 
 
-# ------------------------------------------------------------------ trajectory metrics
-
-def test_summarize_trajectories_hand_values():
-    records = [
-        TrajectoryRecord(success=True, gt_coverage=1.0, all_gt_covered=True, n_tool_calls=2,
-                         n_valid_calls=2, n_failed_calls=0, turns=3, length_tokens=100,
-                         tool_backed=True),
-        TrajectoryRecord(success=False, gt_coverage=0.5, all_gt_covered=False, n_tool_calls=1,
-                         n_valid_calls=0, n_failed_calls=1, n_malformed=1, turns=2,
-                         length_tokens=60),
-        TrajectoryRecord(success=False, gt_coverage=0.0, all_gt_covered=False, turns=1,
-                         length_tokens=20, finished=False),
-    ]
-    summary = summarize_trajectories(records)
-    assert summary == pytest.approx({
-        "n": 3.0, "task_success": 1 / 3, "all_gt_coverage": 1 / 3, "macro_gt_coverage": 0.5,
-        "tool_call_rate": 2 / 3, "calls_per_trajectory": 1.0, "valid_call_rate": 2 / 3,
-        "tool_failure_rate": 1 / 3, "failures_per_trajectory": 1 / 3, "malformed_rate": 1 / 3,
-        "finished_rate": 2 / 3, "tool_backed_rate": 1 / 3, "mean_turns": 2.0,
-        "mean_length_tokens": 60.0})
-
-
-def test_summarize_without_calls_or_records():
-    no_calls = summarize_trajectories([TrajectoryRecord(True, 1.0, True)])
-    assert math.isnan(no_calls["valid_call_rate"]) and no_calls["tool_call_rate"] == 0.0
-    empty = summarize_trajectories([])
-    assert empty["n"] == 0.0 and math.isnan(empty["task_success"])
-
-
-def test_record_from_completion():
-    messages = message_trajectory(
-        [{"expression": "12*3"}, {"expression": "x"}, {"expr": "1"}],
-        ['{"result": "36"}', '{"error": "unknown name \'x\'"}',
-         "{'error': 'missing required argument(s)'}"], "So 36 and 7.")
-    record = record_from_completion(messages, [36, 7], length_tokens=42)
-    assert record == TrajectoryRecord(
-        success=True, gt_coverage=1.0, all_gt_covered=True, n_tool_calls=3, n_valid_calls=2,
-        n_failed_calls=2, n_malformed=0, turns=4, length_tokens=42, finished=True,
-        tool_backed=True)

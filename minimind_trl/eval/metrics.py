@@ -56,6 +56,9 @@ def compute_metrics(records: Sequence[dict], pass_k: Sequence[int] = ()) -> dict
         all_gt_covered=[int(bool(r["all_gt_covered"])) for r in records],
         gt_hits=[[bool(h) for h in r["gt_hits"]] for r in records],
         n_tool_calls=[int(r["n_tool_calls"]) for r in records],
+        valid_calls=[int(r["valid_calls"]) for r in records],
+        failed_calls=[int(r["failed_calls"]) for r in records],
+        num_turns=[int(r["num_turns"]) for r in records],
         answer_length=[int(r["answer_length"]) for r in records],
         op_type=[str(r.get("op_type", "unknown")) for r in records],
     )

@@ -1,4 +1,5 @@
-"""Rewards for GT-verified tool use: the verifier, TRL reward functions, trajectory metrics.
+"""Rewards for GT-verified tool use: the verifier and TRL reward functions. (Trajectory metrics:
+training logs in `minimind_trl.trainer`, evaluation in `minimind_trl.eval.metrics`.)
 
 Importing this package registers the built-in names with `minimind_trl.plugins`:
 
@@ -13,11 +14,6 @@ from minimind_trl.plugins import (
     register_reward_factory,
     register_reward_function,
     register_verifier,
-)
-from minimind_trl.rewards.metrics import (
-    TrajectoryRecord,
-    record_from_completion,
-    summarize_trajectories,
 )
 from minimind_trl.rewards.numbers import NumberMention, extract_numbers, find_numbers
 from minimind_trl.rewards.reward_model import RewardModelScorer, make_reward_model_reward
@@ -41,9 +37,9 @@ for _func in (success_reward, coverage_reward, format_reward):
 register_verifier("gt")(verify)
 
 __all__ = [
-    "CompletionView", "NumberMention", "RewardModelScorer", "TrajectoryRecord", "Verification",
+    "CompletionView", "NumberMention", "RewardModelScorer", "Verification",
     "coverage_reward", "evaluate_completion", "extract_numbers", "final_answer_text",
     "find_numbers", "format_reward", "lenient_gt_hits", "make_minimind_agent_reward",
-    "make_reward_model_reward", "make_task_reward", "rep_penalty", "record_from_completion",
-    "success_reward", "summarize_trajectories", "task_reward", "verify", "view_completion",
+    "make_reward_model_reward", "make_task_reward", "rep_penalty",
+    "success_reward", "task_reward", "verify", "view_completion",
 ]
