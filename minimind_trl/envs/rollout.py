@@ -295,15 +295,18 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
         output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
                                 generation_config=sliced[steps])
         width = batch.ids.shape[1]
-        generated = output.sequences[:, width:]  # (B, n <= steps); pads after a row's eos
-        generated_mask = torch.zeros_like(generated)
+        generated = output.sequences[:, width:].tolist()  # B lists of n <= steps; pads after eos
+        columns = len(generated[0])
+        generated_mask = torch.zeros((len(rows), columns), dtype=torch.long)
         keep, pending, pending_mask = [], [], []
-        for i, (row, new) in enumerate(zip(rows, generated.tolist())):
+        for i, (row, new) in enumerate(zip(rows, generated)):
             ended = eos in new
             new = new[:new.index(eos) + 1] if ended else new
+            # The last column is not in the cache yet: it leads the row's next input (a pad when
+            # the row's eos came earlier).
+            last_token, last_mask = (new[-1], 1) if len(new) == columns else (pad, 0)
             generated_mask[i, :len(new)] = 1
             row.turn_ids += new
-            last = [(generated[i, -1].item(), int(generated_mask[i, -1]))]  # not yet in the cache
             if not ended and len(row.turn_ids) < budget:  # inside its turn: go on
                 tool_turn: list[int] | None = []
             else:
@@ -316,8 +319,8 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
                     bar.update(1)
                 continue
             keep.append(i)
-            pending.append([token for token, _ in last] + tool_turn)
-            pending_mask.append([m for _, m in last] + [1] * len(tool_turn))
+            pending.append([last_token] + tool_turn)
+            pending_mask.append([last_mask] + [1] * len(tool_turn))
         rows = [rows[i] for i in keep]
         if not rows:
             batch = None
@@ -326,6 +329,7 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
         if output.cache is not None:
             output.cache.batch_select_indices(index)
         new_ids, new_mask = left_padded(pending, pad, pending_mask)
+        generated_mask = generated_mask[keep, :-1].to(index.device)
         ids = torch.cat([output.sequences[index, :-1], new_ids.to(index.device)], 1)
-        mask = torch.cat([batch.mask[index], generated_mask[index, :-1], new_mask.to(index.device)], 1)
+        mask = torch.cat([batch.mask[index], generated_mask, new_mask.to(index.device)], 1)
         batch = compact(KVBatch(ids, mask, output.cache, new_ids.shape[1]))
