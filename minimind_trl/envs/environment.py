@@ -37,12 +37,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from minimind_trl.envs.registry import ParamSpec, ToolRegistry, ToolSpec
-from minimind_trl.envs.rollout import (
+from minimind_trl.envs.rollout import (  # noqa: F401 - TrajectoryRecord is re-exported
     DEFAULT_MAX_TOOL_TURNS,
+    TrajectoryRecord,
     is_error_observation,
     prompt_ids_for,
     reply_text,
@@ -60,31 +61,6 @@ _PY_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "a
 _RESERVED = {"reset", "get_reward"}
 
 
-@dataclass
-class TrajectoryRecord:
-    """What one rollout did, read from the completion that went into training.
-
-    ``tool_calls``: every parsed call ``{"name", "arguments"}`` in order (executed or pending);
-    ``observations``: the tool messages in context (one per executed call); ``valid_calls`` /
-    ``failed_calls``: executed calls whose observation is a result / an error;
-    ``malformed_calls``: ``<tool_call>`` blocks in replies read as plain text; ``n_turns``:
-    model turns; ``finished``: ended with a reply without calls and not truncated;
-    ``pending_call``: ended with calls that were never run (turn cap or length budget);
-    ``truncated``: the last token is not ``<|im_end|>``; ``n_model_tokens``: tokens with mask 1.
-    """
-
-    tool_calls: list[dict] = field(default_factory=list)
-    observations: list[str] = field(default_factory=list)
-    valid_calls: int = 0
-    failed_calls: int = 0
-    malformed_calls: int = 0
-    n_turns: int = 0
-    finished: bool = False
-    pending_call: bool = False
-    truncated: bool = False
-    n_model_tokens: int = 0
-
-
 def record_from_completion(completion: list[dict], completion_ids: list[int],
                            tool_mask: list[int] | None, eos_token_id: int) -> TrajectoryRecord:
     """Build a `TrajectoryRecord` from TRL's parsed completion messages (assistant / tool dicts
@@ -98,7 +74,8 @@ def record_from_completion(completion: list[dict], completion_ids: list[int],
             calls = message.get("tool_calls") or []
             for call in calls:
                 fn = call.get("function", call) if isinstance(call, dict) else {}
-                record.tool_calls.append({"name": fn.get("name"), "arguments": fn.get("arguments")})
+                record.tool_calls.append({"turn": record.n_turns - 1, "name": fn.get("name"),
+                                          "arguments": fn.get("arguments")})
             if not calls:
                 reply = reply_text(str(message.get("content") or ""))
                 record.malformed_calls += unparsed_call_blocks(reply)

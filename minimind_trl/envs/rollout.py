@@ -70,21 +70,41 @@ def unparsed_call_blocks(reply: str) -> int:
 
 
 @dataclass
-class Trajectory:
-    """One rollout of one task.
+class TrajectoryRecord:
+    """What one trajectory did: in evaluation (`Trajectory`, from this module's rollout) and in
+    training (``environment.record_from_completion``, from TRL's parsed completion).
+
+    ``tool_calls``: every parsed call ``{"turn", "name", "arguments"}`` in order (executed or
+    pending); ``observations``: the tool messages in context (one per executed call);
+    ``valid_calls`` / ``failed_calls``: executed calls whose observation is a result / an error;
+    ``malformed_calls``: ``<tool_call>`` blocks in replies read as plain text (any malformed
+    block makes the whole reply plain text, as in TRL); ``n_turns``: model turns; ``finished``:
+    ended with a reply without calls, not truncated; ``pending_call``: stopped with calls that
+    never ran (turn cap); ``truncated``: the last turn has no ``<|im_end|>`` (length budget);
+    ``n_model_tokens``: the model's tokens (action mask 1).
+    """
+
+    tool_calls: list[dict] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    valid_calls: int = 0
+    failed_calls: int = 0
+    malformed_calls: int = 0
+    n_turns: int = 0
+    finished: bool = False
+    pending_call: bool = False
+    truncated: bool = False
+    n_model_tokens: int = 0
+
+
+@dataclass(kw_only=True)
+class Trajectory(TrajectoryRecord):
+    """One evaluation rollout of one task: a `TrajectoryRecord` with its tokens and texts.
 
     ``tools``: the tool schemas offered in the prompt (from the task's system message);
     ``prompt_ids`` [P] and ``completion_ids`` [C] (model turns and tool turns, concatenated);
     ``action_mask`` [C]: 1 on model tokens (each turn's ``<|im_end|>`` included), 0 on tool-turn
     tokens; ``text``: ``completion_ids`` decoded with special tokens kept; ``turn_texts``: each
-    model turn decoded without its ``<|im_end|>``; ``tool_calls``: parsed calls
-    ``{"turn", "name", "arguments"}`` in order (the pending ones included); ``observations``:
-    one per executed call; ``n_turns``: model turns; ``finished``: ended with a reply without
-    calls; ``pending_call``: stopped at the turn cap with calls; ``truncated``: a turn hit
-    ``max_new_tokens``; ``valid_calls`` / ``failed_calls``: executed calls with a result / an
-    error; ``malformed_calls``: ``<tool_call>`` blocks in replies read as plain text
-    (any malformed block makes the whole reply plain text, as in TRL); ``n_model_tokens``: sum of
-    ``action_mask``.
+    model turn decoded without its ``<|im_end|>``.
     """
 
     task_index: int
@@ -97,19 +117,6 @@ class Trajectory:
     action_mask: list[int] = field(default_factory=list)
     text: str = ""
     turn_texts: list[str] = field(default_factory=list)
-    tool_calls: list[dict] = field(default_factory=list)
-    observations: list[str] = field(default_factory=list)
-    n_turns: int = 0
-    finished: bool = False
-    pending_call: bool = False
-    truncated: bool = False
-    valid_calls: int = 0
-    failed_calls: int = 0
-    malformed_calls: int = 0
-
-    @property
-    def n_model_tokens(self) -> int:
-        return sum(self.action_mask)
 
     @property
     def final_reply(self) -> str:
@@ -172,6 +179,7 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
     traj.completion_ids += ids
     traj.action_mask += [1] * len(ids)
+    traj.n_model_tokens += len(ids)
     traj.turn_texts.append(text)
     traj.n_turns += 1
     if not ended:
@@ -222,7 +230,8 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     for t, task in enumerate(tasks):
         messages, tools = task_messages(task)
         prompt = prompt_ids_for(tokenizer, messages, tools, open_thinking)
-        trajectories += [Trajectory(t, s, task.get("id"), open_thinking, tools, list(prompt))
+        trajectories += [Trajectory(task_index=t, sample_index=s, task_id=task.get("id"),
+                                    open_thinking=open_thinking, tools=tools, prompt_ids=list(prompt))
                          for s in range(num_samples)]
     bar = None
     if progress:
