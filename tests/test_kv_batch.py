@@ -11,6 +11,7 @@ from minimind_trl.envs.kv_batch import (
     length_groups,
     merge,
     prefill,
+    prefix_clusters,
     shared_prefix_length,
 )
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
@@ -77,11 +78,33 @@ def test_prefill_encodes_each_distinct_prompt_once_and_matches_plain_forward(mod
     assert fed.count == len(PREFIX) + 3 * 9 + 1 * 2
     assert batch.pending == 1 and batch.ids.shape == (7, len(PREFIX) + 10)
     assert batch.cache.get_seq_length() == batch.cached == len(PREFIX) + 9
-    for row, prompt in enumerate(prompts):  # pads sit inside the row, after the shared prefix
+    for row, prompt in enumerate(prompts):  # left-padded rows
         assert batch.ids[row][batch.mask[row].bool()].tolist() == prompt
     logits = next_logits(model, batch)
     for row, prompt in enumerate(prompts):
         torch.testing.assert_close(logits[row], plain_logits(model, prompt), atol=1e-4, rtol=1e-4)
+
+
+HEAD = list(range(600, 640))  # 40 tokens: a system turn and tool list some prompts share
+
+
+def test_prefill_encodes_a_cluster_prefix_once(model):
+    cluster = prompts_with(PREFIX + HEAD, [[700, 701, 702, 703, 704], [710, 711, 712, 713, 714], [720, 721, 722]])
+    loose = prompts_with(PREFIX, [TAIL_A, TAIL_C])
+    prompts = [cluster[0], loose[0], cluster[1], loose[1], cluster[2], cluster[0]]
+    assert prefix_clusters([list(p) for p in dict.fromkeys(map(tuple, prompts))], len(PREFIX)) == [
+        ([0, 2, 4], len(PREFIX) + 40), ([1, 3], len(PREFIX))]  # clusters, then the loose prompts
+    fed = FedTokens(model)
+    with torch.no_grad():
+        batch = prefill(model, prompts, PAD)
+    fed.handle.remove()
+    # PREFIX once; HEAD once; the cluster's tails minus their last token (4 + 4 together, 2
+    # alone); the loose prompts' tails after PREFIX (9, 2: apart, too different in length).
+    assert fed.count == len(PREFIX) + 40 + 2 * 4 + 2 + 9 + 2
+    for row, prompt in enumerate(prompts):
+        assert batch.ids[row][batch.mask[row].bool()].tolist() == prompt
+    for logits, prompt in zip(next_logits(model, batch), prompts):
+        torch.testing.assert_close(logits, plain_logits(model, prompt), atol=1e-4, rtol=1e-4)
 
 
 def test_prefill_of_one_repeated_prompt_and_of_prompts_without_shared_prefix(model):

@@ -30,6 +30,9 @@ MAX_PAD_FRACTION = 0.125
 tokens: pads cost as much compute as real tokens."""
 MAX_GROUP_TOKENS = 16384
 """Tokens (pads included) per prefill forward, to bound activation memory."""
+MIN_CLUSTER_PREFIX = 32
+"""Prompts that share this many tokens past the prefix common to all (the same system turn and
+tool list, say) have their shared part encoded once."""
 
 
 @dataclass
@@ -150,60 +153,94 @@ def cache_from_tensors(model, tensors: list[tuple[torch.Tensor, torch.Tensor]]) 
     return cache
 
 
+def prefix_clusters(prompts: list[list[int]], start: int, min_shared: int = MIN_CLUSTER_PREFIX
+                    ) -> list[tuple[list[int], int]]:
+    """(members, prefix length) of prompts that share at least ``start + min_shared`` leading
+    tokens: runs of the lexicographically sorted prompts, each run's shared prefix (leaving one
+    token of each member) to be encoded once. The prompts that share less with every other one
+    come last, together, with the prefix ``start``."""
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    runs: list[tuple[list[int], int]] = []
+    for i in order:
+        if runs:
+            members, shared = runs[-1]
+            common = min(shared, shared_prefix_length([prompts[members[-1]], prompts[i]]))
+            if common >= start + min_shared:
+                runs[-1] = (members + [i], common)
+                continue
+        runs.append(([i], len(prompts[i]) - 1))
+    clusters = [run for run in runs if len(run[0]) > 1]
+    loose = [run[0][0] for run in runs if len(run[0]) == 1]
+    return clusters + ([(loose, start)] if loose else [])
+
+
+def _encode(model, ids: torch.Tensor, past: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor | None,
+            ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Keys / values [B, H, past + T, D] after feeding ``ids`` [B, T] over ``past`` (one row,
+    repeated over the batch; positions continue from it, and from ``mask`` [B, T] when given)."""
+    rows, before = ids.shape[0], past[0][0].shape[2] if past else 0
+    cache = cache_from_tensors(model, [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1))
+                                       for k, v in past]) if past else None
+    attention = positions = None
+    if mask is not None:
+        attention = torch.cat([mask.new_ones((rows, before)), mask], 1)
+        positions = (before + mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True,
+                logits_to_keep=1)
+    return cache_tensors(out.cache)
+
+
 def prefill(model, prompts: list[list[int]], pad: int) -> KVBatch:
     """Encode all but the last token of each prompt; the batch's one pending column is each
-    prompt's last token. Rows: [shared prefix | pads | rest of the prompt]."""
+    prompt's last token. Rows are left-padded; nothing is encoded twice: identical prompts once,
+    the prefix all prompts share once, each cluster's prefix (`prefix_clusters`: e.g. the same
+    system turn and tool list) once, the rest of each prompt in length-sorted groups."""
     device = next(model.parameters()).device
     distinct: dict[tuple[int, ...], int] = {}
     rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
     unique = [list(p) for p in distinct]
-    shared = shared_prefix_length(unique)
-    tails = [p[shared:] for p in unique]  # each >= 1 token
-    tail_ids, tail_mask = left_padded(tails, pad)
-    n, width = len(unique), shared + tail_ids.shape[1]
-    ids = torch.cat([torch.tensor(unique[0][:shared], dtype=torch.long).expand(n, -1), tail_ids], 1).to(device)
-    mask = torch.cat([torch.ones((n, shared), dtype=torch.long), tail_mask], 1).to(device)
-    cached = width - 1
+    ids, mask = (t.to(device) for t in left_padded(unique, pad))
+    n, cached = len(unique), ids.shape[1] - 1
+    if cached == 0:  # one-token prompts: nothing to cache
+        return KVBatch(ids[rows], mask[rows], None, ids.shape[1])
 
-    prefix: list[tuple[torch.Tensor, torch.Tensor]] = []
-    if shared:
-        out = model(input_ids=ids[:1, :shared], use_cache=True, logits_to_keep=1)
-        prefix = cache_tensors(out.cache)
     layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
-    def allocate(like: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [tuple(t.new_zeros((n, t.shape[1], cached, t.shape[3])) for t in kv) for kv in like]
-
-    for group in length_groups([len(t) for t in tails]):
-        longest = len(tails[group[0]])
-        if longest == 1:  # nothing past the shared prefix to encode
-            continue
-        g_ids, g_mask = left_padded([tails[i][:-1] for i in group], pad)  # (g, longest - 1)
-        g_ids, g_mask = g_ids.to(device), g_mask.to(device)
-        cache = cache_from_tensors(model, [(k.expand(len(group), -1, -1, -1), v.expand(len(group), -1, -1, -1))
-                                           for k, v in prefix]) if prefix else None
-        attention = torch.cat([torch.ones((len(group), shared), dtype=torch.long, device=device), g_mask], 1)
-        positions = (shared + g_mask.cumsum(-1) - 1).clamp(min=0)
-        out = model(input_ids=g_ids, attention_mask=attention, position_ids=positions, cache=cache,
-                    use_cache=True, logits_to_keep=1)
-        encoded = cache_tensors(out.cache)
+    def place(row: int, start: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Copy kv [1, H, T, D] (prompt positions start .. start + T) into row's columns."""
+        nonlocal layers
         if layers is None:
-            layers = allocate(encoded)
-        index = torch.tensor(group, device=device)
-        for (keys, values), (k, v) in zip(layers, encoded):  # right-aligned, like the tails
-            keys[index, :, cached - (longest - 1):] = k[:, :, shared:]
-            values[index, :, cached - (longest - 1):] = v[:, :, shared:]
-    if layers is None and prefix:
-        layers = allocate(prefix)
-    if layers is None:  # one-token prompts: nothing to cache
-        return KVBatch(ids[rows], mask[rows], None, width)
-    hide = mask[:, None, :cached, None] == 0  # (n, 1, cached, 1): pads' entries become zeros
+            layers = [tuple(t.new_zeros((n, t.shape[1], cached, t.shape[3])) for t in pair) for pair in kv]
+        column = cached - (len(unique[row]) - 1) + start
+        for (keys, values), (k, v) in zip(layers, kv):
+            keys[row, :, column:column + k.shape[2]] = k[0]
+            values[row, :, column:column + v.shape[2]] = v[0]
+
+    shared = shared_prefix_length(unique)
+    common = _encode(model, torch.tensor([unique[0][:shared]], device=device), [], None) if shared else []
+    for members, prefix in prefix_clusters(unique, shared):
+        head = unique[members[0]]
+        past = common
+        if prefix > shared:
+            past = _encode(model, torch.tensor([head[shared:prefix]], device=device), common, None)
+        for row in members:
+            if past:
+                place(row, 0, past)
+        tails = [unique[row][prefix:-1] for row in members]  # may be empty
+        for group in length_groups([len(t) for t in tails]):
+            longest = len(tails[group[0]])
+            if longest == 0:
+                continue
+            g_ids, g_mask = (t.to(device) for t in left_padded([tails[j] for j in group], pad))
+            encoded = _encode(model, g_ids, past, g_mask)
+            for r, j in enumerate(group):
+                width = len(tails[j])
+                place(members[j], prefix, [(k[r:r + 1, :, prefix + longest - width:], v[r:r + 1, :, prefix + longest - width:])
+                                           for k, v in encoded])
+    hide = mask[:, None, :cached, None] == 0  # (n, 1, cached, 1): pads' entries stay zeros
     select = torch.tensor(rows, device=device)  # repeats identical prompts
-    tensors = []
-    for layer, (keys, values) in enumerate(layers):
-        if shared:
-            keys[:, :, :shared], values[:, :, :shared] = prefix[layer]
-        tensors.append((keys.masked_fill_(hide, 0.0)[select], values.masked_fill_(hide, 0.0)[select]))
+    tensors = [(keys.masked_fill_(hide, 0.0)[select], values.masked_fill_(hide, 0.0)[select])
+               for keys, values in layers]
     return KVBatch(ids[select], mask[select], cache_from_tensors(model, tensors), 1)
 
 
