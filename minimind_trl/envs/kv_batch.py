@@ -13,8 +13,9 @@ token sits at the position it would have without pads, and the pads' cache entri
 that the mask hides.
 
 Encoding (:func:`prefill`) does no redundant work: identical prompts (the samples of one task)
-are encoded once, the prefix every prompt shares (the system turn) once, and the rest in
-length-sorted groups with little padding; the cache rows are then assembled and repeated.
+are encoded once, the prefix every prompt shares once, the prefix a cluster of prompts shares
+(the same system turn and tool list, different questions) once per cluster, and the rest in
+length-sorted groups with little padding; each row's cache is then assembled from those pieces.
 """
 
 from __future__ import annotations
