@@ -211,7 +211,7 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
 
 def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistry,
             max_tool_turns: int = DEFAULT_MAX_TOOL_TURNS, max_new_tokens: int = 256,
-            batch_size: int = 16, do_sample: bool = False, temperature: float = 1.0,
+            batch_size: int = 32, do_sample: bool = False, temperature: float = 1.0,
             num_samples: int = 1, open_thinking: bool = False, seed: int = 0,
             progress: bool = True, decode_slice: int = DECODE_SLICE) -> list[Trajectory]:
     """Roll out every task ``num_samples`` times; returns the trajectories task-major

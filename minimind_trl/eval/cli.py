@@ -54,7 +54,8 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--output-dir", required=True, help="must not exist or be empty")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="rows decoded together; greedy results do not depend on it (up to float rounding)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn")
     parser.add_argument("--max-tool-turns", type=int, default=3)
     parser.add_argument("--open-thinking", action="store_true")

@@ -38,7 +38,7 @@ MANIFEST_FORMAT = "minimind-trl.eval/1"
 class EvalSettings:
     """Decoding and sampling settings (recorded in the manifest)."""
 
-    batch_size: int = 16
+    batch_size: int = 32  # rows decoded together (continuous batching; see envs.rollout)
     max_new_tokens: int = 256  # per assistant turn
     max_tool_turns: int = 3
     open_thinking: bool = False
