@@ -234,14 +234,11 @@ def prefill(model, prompts: list[list[int]], pad: int) -> KVBatch:
                 continue
             g_ids, g_mask = (t.to(device) for t in left_padded([tails[j] for j in group], pad))
             encoded = _encode(model, g_ids, past, g_mask)
-            for r, j in enumerate(group):
-                width = len(tails[j])
-                place(members[j], prefix, [(k[r:r + 1, :, prefix + longest - width:], v[r:r + 1, :, prefix + longest - width:])
-                                           for k, v in encoded])
-    hide = mask[:, None, :cached, None] == 0  # (n, 1, cached, 1): pads' entries stay zeros
-    select = torch.tensor(rows, device=device)  # repeats identical prompts
-    tensors = [(keys.masked_fill_(hide, 0.0)[select], values.masked_fill_(hide, 0.0)[select])
-               for keys, values in layers]
+            for r, j in enumerate(group):  # the row's real tail positions, not the group's pads
+                start = prefix + longest - len(tails[j])
+                place(members[j], prefix, [(k[r:r + 1, :, start:], v[r:r + 1, :, start:]) for k, v in encoded])
+    select = torch.tensor(rows, device=device)  # repeats identical prompts; pads' entries stay zero
+    tensors = [(keys[select], values[select]) for keys, values in layers]
     return KVBatch(ids[select], mask[select], cache_from_tensors(model, tensors), 1)
 
 
