@@ -274,7 +274,7 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
     get their tool-turn ids as pending columns and go on, the others leave; rows still inside a
     turn go on from their last token; and queued trajectories are encoded and join, up to
     ``batch_size`` rows. Nothing is computed twice: the cache keeps every row's context, and a
-    new row's prompt is encoded once (identical prompts and the shared system turn once)."""
+    new row's prompt is encoded once, shared prefixes and identical prompts once (`prefill`)."""
     from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
 
     schemas = registry.schemas()
