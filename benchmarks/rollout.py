@@ -15,7 +15,9 @@ exactly ``T + 1`` model turns.
 
 ``--samples-per-task G`` rolls out each of ``--num-tasks / G`` tasks G times (task-major), as
 pass@k evaluation samples a question and a GRPO group repeats a prompt; G = 1 is the greedy
-evaluation's workload (every prompt different).
+evaluation's workload (every prompt different). ``--task-mix``: ``all`` (the generator's full mix,
+up to 2 distractor tools, so tool lists differ) and/or ``demo`` (the demo's tasks: prompts share
+their system turn and tool list).
 
 The naive loop, written here, runs one trajectory at a time, turn by turn: ``model.generate`` on
 that trajectory's context alone (same generation config, same KV cache use, same scripted
@@ -298,6 +300,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--samples-per-task", type=int_list, default=[1, 8],
                         help="trajectories per task: 1 = distinct prompts (greedy evaluation); 8 = the samples "
                              "of pass@k evaluation or a GRPO group (--num-tasks / G distinct tasks, G each)")
+    parser.add_argument("--task-mix", type=lambda text: text.split(","), default=["all", "demo"],
+                        help="comma-separated: all = every op type, up to 2 distractor tools (prompts differ in "
+                             "their tool lists); demo = the demo's tasks (no distractors: prompts share the "
+                             "system turn and tool list)")
     parser.add_argument("--num-tasks", type=int, default=None,
                         help="trajectories per measurement (default: the largest batch size)")
     parser.add_argument("--naive-tasks", type=int, default=None,
@@ -309,6 +315,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.quick:
         args.preset, args.batch_sizes, args.tool_turns, args.samples_per_task = "tiny", [2], [1], [1, 2]
+        args.task_mix = ["all"]
         args.num_tasks, args.naive_tasks, args.max_new_tokens, args.no_warmup = 2, 1, 128, True
     device, dtype = setup(args)
     preset = args.preset if args.preset != "auto" else ("minimind-3" if device.type == "cuda" else "demo")
@@ -316,6 +323,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for samples in args.samples_per_task:
         if samples < 1 or num_tasks % samples:
             raise SystemExit(f"--samples-per-task {samples} must divide the {num_tasks} trajectories")
+    if not args.task_mix or not set(args.task_mix) <= {"all", "demo"}:
+        raise SystemExit(f"--task-mix: give all and/or demo, not {','.join(args.task_mix)}")
 
     from minimind_trl.data import generate_tasks
     from minimind_trl.envs.rollout import prompt_ids_for, task_messages
@@ -326,11 +335,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     registry = default_registry()
     model, model_info = build_model(preset, device, dtype, seed=args.seed)
     n_params = model_info["active_parameters"]
-    tasks = generate_tasks(num_tasks, args.seed)
-    prompts = [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
     eos = tokenizer.eos_token_id
 
-    def scripts_for(turns: int) -> list[list[list[int]]]:
+    def workload(mix: str) -> tuple[list[dict], list[list[int]]]:
+        from minimind_trl.demo import TASK_FILTER
+
+        tasks = generate_tasks(num_tasks, args.seed, **(TASK_FILTER if mix == "demo" else {}))
+        return tasks, [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
+
+    def scripts_for(tasks: list[dict], turns: int) -> list[list[list[int]]]:
         out = []
         for task in tasks:
             texts = turn_scripts(task, registry, turns, args.filler_words)
@@ -343,45 +356,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"rollout benchmark: {preset} ({n_params:,} parameters, {model_info['dtype']}) on {device}, "
           f"{num_tasks} trajectories per measurement (naive loop: {args.naive_tasks or num_tasks})")
     if not args.no_warmup:
-        run_case("batched", model, tokenizer, tasks, 1, registry, scripts_for(1), prompts, 1,
+        tasks, prompts = workload(args.task_mix[0])
+        run_case("batched", model, tokenizer, tasks, 1, registry, scripts_for(tasks, 1), prompts, 1,
                  max(args.batch_sizes), args.max_new_tokens, device, n_params)
 
     results: list[dict[str, Any]] = []
-    for samples in args.samples_per_task:
-        distinct = tasks[: num_tasks // samples]
-        for turns in args.tool_turns:
-            scripts = scripts_for(turns)
-            common = dict(registry=registry, scripts=scripts, prompts=prompts, tool_turns=turns,
-                          max_new_tokens=args.max_new_tokens, device=device, n_params=n_params)
-            naive, naive_ids = min(
-                (run_case("naive", model, tokenizer, distinct, samples, batch_size=1, limit=args.naive_tasks,
-                          **common) for _ in range(args.repeats)),
-                key=lambda pair: pair[0]["seconds"])
-            naive["speedup_vs_naive"] = 1.0
-            results.append(naive)
-            for batch in args.batch_sizes:
-                best, ids = min(
-                    (run_case("batched", model, tokenizer, distinct, samples, batch_size=batch, **common)
-                     for _ in range(args.repeats)),
+    for mix in args.task_mix:
+        tasks, prompts = workload(mix)
+        for samples in args.samples_per_task:
+            distinct = tasks[: num_tasks // samples]
+            for turns in args.tool_turns:
+                scripts = scripts_for(tasks, turns)
+                common = dict(registry=registry, scripts=scripts, prompts=prompts, tool_turns=turns,
+                              max_new_tokens=args.max_new_tokens, device=device, n_params=n_params)
+                naive, naive_ids = min(
+                    (run_case("naive", model, tokenizer, distinct, samples, batch_size=1, limit=args.naive_tasks,
+                              **common) for _ in range(args.repeats)),
                     key=lambda pair: pair[0]["seconds"])
-                best["speedup_vs_naive"] = best["trajectories_per_s"] / naive["trajectories_per_s"]
-                best["identical_to_naive"] = ids[: len(naive_ids)] == naive_ids
-                results.append(best)
+                naive["speedup_vs_naive"] = 1.0
+                case = [naive]
+                for batch in args.batch_sizes:
+                    best, ids = min(
+                        (run_case("batched", model, tokenizer, distinct, samples, batch_size=batch, **common)
+                         for _ in range(args.repeats)),
+                        key=lambda pair: pair[0]["seconds"])
+                    best["speedup_vs_naive"] = best["trajectories_per_s"] / naive["trajectories_per_s"]
+                    best["identical_to_naive"] = ids[: len(naive_ids)] == naive_ids
+                    case.append(best)
+                results += [{"task_mix": mix, **r} for r in case]
 
-    rows = [[r["kind"], r["samples_per_task"], r["tool_turns"], r["batch_size"], r["trajectories"], r["seconds"],
+    rows = [[r["kind"], r["task_mix"], r["samples_per_task"], r["tool_turns"], r["batch_size"], r["trajectories"], r["seconds"],
              r["encode_seconds"], r["trajectories_per_s"], r["generated_tokens_per_s"], r["speedup_vs_naive"],
              r.get("identical_to_naive", "-"), r["memory"]["peak_mib"], r["achieved_flops_per_s"] / 1e9]
             for r in results]
     print_table("Rollout throughput (scripted turns; speed-up = trajectories/s over the naive loop; "
                 "encode s = time in forwards of several positions per row: prompts, tool turns)",
-                ["loop", "samples/task", "tool turns", "batch", "traj", "seconds", "encode s", "traj/s",
+                ["loop", "tasks", "samples/task", "tool turns", "batch", "traj", "seconds", "encode s", "traj/s",
                  "gen tok/s", "speed-up", "identical", "peak MiB", "GFLOP/s"], rows)
 
     targets = []
     at_target = [r for r in results if r["kind"] == "batched" and r["batch_size"] == TARGET_BATCH]
     for r in at_target:
-        targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}, {r['samples_per_task']} sample(s) per "
-                                f"task, {r['tool_turns']} tool turns",
+        targets.append({"name": f"rollout speed-up at batch {TARGET_BATCH}, {r['task_mix']} tasks, "
+                                f"{r['samples_per_task']} sample(s) per task, {r['tool_turns']} tool turns",
                         "measured": f"{r['speedup_vs_naive']:.2f}x",
                         "target": f">= {TARGET_SPEEDUP:g}x", "pass": r["speedup_vs_naive"] >= TARGET_SPEEDUP})
     if not at_target:
