@@ -31,6 +31,9 @@ order, into one stream that is cut into blocks of exactly ``max_length`` tokens 
 block is dropped), as GPT-style pretraining does. A block may start inside a text and hold several;
 attention is not reset at text boundaries. Short texts then cost no padding, and every optimizer
 step sees the same number of tokens.
+
+:class:`MiniMindSFTTrainer` is ``SFTTrainer`` with MiniMind's own MoE load-balancing loss (TRL's
+fused LM head would add Mixtral's); dense models train exactly as with ``SFTTrainer``.
 """
 
 from __future__ import annotations
@@ -271,6 +274,49 @@ def sft_config(output_dir: str | Path, mode: str = "sft", **overrides: Any) -> S
     return SFTConfig(**fields)
 
 
+class MiniMindSFTTrainer(SFTTrainer):
+    """``SFTTrainer`` whose MoE load-balancing loss is MiniMind's.
+
+    TRL 1.16 replaces the model's forward with a fused LM head that, for MoE models, computes
+    Mixtral's ``load_balancing_loss_func`` (one average over the routed tokens of all layers) and
+    returns it as ``aux_loss``; ``compute_loss`` adds ``router_aux_loss_coef * aux_loss`` and logs
+    it. MiniMind's loss is ``router_aux_loss`` (``E * sum_e load_e * P_e`` per layer, summed over
+    layers; `minimind_trl.modeling`), the one its own forward and our GRPO trainer use. The fused
+    forward is wrapped so that ``aux_loss`` is ours, from the same forward's router logits: the
+    SFT loss is then ``CE + coef * router_aux_loss``, as upstream's trainer computes it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        if getattr(model.config, "use_moe", False):
+            _upstream_aux_loss(model)
+
+
+def _upstream_aux_loss(model: PreTrainedModel) -> None:
+    """Wrap ``model.forward`` (TRL's fused forward) so its ``aux_loss`` is ``router_aux_loss``."""
+    from minimind_trl.modeling import router_aux_loss
+
+    fused, backbone, config = model.forward, model.model, model.config
+
+    def forward(*args: Any, fused_lm_head: bool = False, **kwargs: Any):
+        if not fused_lm_head:
+            return fused(*args, **kwargs)
+        router: list = []
+        hook = backbone.register_forward_hook(lambda module, inputs, output: router.append(output.router_logits))
+        try:
+            out = fused(*args, fused_lm_head=True, **kwargs)
+        finally:
+            hook.remove()
+        if out.aux_loss is not None and router and router[0]:
+            ours = router_aux_loss(router[0], config.num_experts, config.num_experts_per_tok,
+                                   kwargs.get("attention_mask"))
+            out.loss = out.loss + config.router_aux_loss_coef * (ours - out.aux_loss)
+            out.aux_loss = ours
+        return out
+
+    model.forward = forward
+
+
 @dataclass
 class SFTRun:
     """What :func:`run_sft` leaves: the trainer, its metrics and the data statistics."""
@@ -310,7 +356,7 @@ def run_sft(
     eval_dataset = eval_data = None
     if eval_rows is not None:
         eval_dataset, eval_data = build_sft_dataset(eval_rows, tokenizer, config.max_length, mode)
-    trainer = SFTTrainer(
+    trainer = MiniMindSFTTrainer(
         model=model, args=config, train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=tokenizer
     )
     train_metrics = dict(trainer.train().metrics)

@@ -13,6 +13,7 @@ from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.sft import (
     ASSISTANT_HEADER,
+    MiniMindSFTTrainer,
     SUMMARY_FILE,
     assistant_token_mask,
     build_sft_dataset,
@@ -243,6 +244,30 @@ def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path):
     prepared = run.trainer.train_dataset
     batch = run.trainer.data_collator([prepared[i] for i in range(2)])
     assert batch["attention_mask"].all() and torch.equal(batch["labels"], batch["input_ids"])
+
+
+def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path):
+    """MiniMindSFTTrainer's training loss for a MoE model equals MiniMind's own forward loss
+    (mean masked CE + coef * router_aux_loss, the upstream formula); TRL's stock SFTTrainer adds
+    Mixtral's load-balancing loss instead, which differs."""
+    rows = [{"conversations": CHAT_CONVERSATION}, {"conversations": BRIEF_CONVERSATION}]
+    dataset, _ = build_sft_dataset(rows, tok, 1024)
+    config = sft_config(tmp_path, max_length=1024, per_device_train_batch_size=2, disable_tqdm=True)
+    losses = {}
+    for name, cls in (("ours", MiniMindSFTTrainer), ("stock", SFTTrainer)):
+        model = _tiny_model("tiny-moe").train()
+        trainer = cls(model=model, args=config, train_dataset=dataset, processing_class=tok)
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+        with torch.no_grad():
+            losses[name] = trainer.compute_loss(trainer.model, dict(batch)).item()
+            if name == "ours":  # the model's own forward (not the fused one): CE + coef * aux
+                own = trainer.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                    labels=batch["labels"])
+                ce = own.loss - model.config.router_aux_loss_coef * own.aux_loss
+                logged = trainer._metrics["train"]["aux_loss"][-1]
+                assert logged == pytest.approx(own.aux_loss.item(), rel=1e-5)
+    assert losses["ours"] == pytest.approx(own.loss.item(), rel=1e-5)
+    assert abs(losses["stock"] - losses["ours"]) > 1e-4 and losses["stock"] > ce.item()
 
 
 def test_moe_sft_adds_the_router_aux_loss(tok, tmp_path):

@@ -1,6 +1,6 @@
 """From a resolved recipe to the objects a run needs: tokenizer, model, datasets, rewards, trainer.
 
-Kinds: ``grpo`` (our GRPOTrainer subclass with the tool environment), ``sft`` (TRL ``SFTTrainer``:
+Kinds: ``grpo`` (our GRPOTrainer subclass with the tool environment), ``sft`` (``MiniMindSFTTrainer``:
 assistant-only SFT, or ``sft.mode: pretrain`` on ``{"text"}`` rows), ``dpo`` (TRL ``DPOTrainer`` on
 ``{"chosen", "rejected"}`` conversation rows) and ``distill`` (TRL ``DistillationTrainer``: on-policy
 generalized-JSD distillation from a teacher, tools included). A ``peft`` section wraps the model
@@ -247,12 +247,12 @@ def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict])
 
 
 def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
-    from trl import SFTTrainer
+    from minimind_trl.sft import MiniMindSFTTrainer
 
     from minimind_trl.trainer.callbacks import LogHistoryCallback
 
     sft = recipe["sft"]
-    trainer = SFTTrainer(
+    trainer = MiniMindSFTTrainer(
         model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"], sft.get("pack", False)),
         processing_class=tokenizer, peft_config=peft_config(recipe),
     )
