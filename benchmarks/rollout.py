@@ -195,10 +195,14 @@ def naive_rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: Any, 
     """One trajectory at a time: generate a turn on its own context, parse, call tools, append.
 
     The token protocol is the one ``rollout`` documents (turn ends at eos; calls parsed by TRL's
-    ``parse_response`` with the registry's schemas; tool turn ids from the chat template)."""
+    ``parse_response`` with the registry's schemas and run as TRL's loop runs them; tool turn ids
+    from the chat template)."""
     from trl.chat_template_utils import parse_response
 
+    from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
     from minimind_trl.envs.rollout import prompt_ids_for, task_messages, tool_turn_ids
+
+    run_tools = environment_tools(make_environment_class(registry)())
 
     config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                               pad_token_id=tokenizer.pad_token_id, use_cache=True, do_sample=False)
@@ -227,7 +231,7 @@ def naive_rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: Any, 
                 calls = [c.get("function", c) for c in message.get("tool_calls") or []]
                 if not calls or turn >= max_tool_turns:
                     break
-                observations = [registry.call(c["name"], c["arguments"]) for c in calls]
+                observations = [call_as_trl(run_tools, c["name"], c["arguments"]) for c in calls]
                 suffix = tool_turn_ids(tokenizer, [c["name"] for c in calls], observations)
                 completion += suffix
                 action += [0] * len(suffix)

@@ -101,11 +101,13 @@ class GrowingLayer(DynamicLayer):
         self._length = 0
         super().__init__(**kwargs)
 
+    def _filled(self, buffer: torch.Tensor | None) -> torch.Tensor | None:
+        """The filled part of a buffer (None, or the empty 1-D placeholder, as they are)."""
+        return buffer if buffer is None or buffer.dim() != 4 else buffer[:, :, :self._length]
+
     @property
     def keys(self) -> torch.Tensor | None:
-        if self._keys is None or self._keys.dim() != 4:
-            return self._keys
-        return self._keys[:, :, :self._length]
+        return self._filled(self._keys)
 
     @keys.setter
     def keys(self, tensor: torch.Tensor | None) -> None:  # whole-cache edits (select rows, crop)
@@ -114,9 +116,7 @@ class GrowingLayer(DynamicLayer):
 
     @property
     def values(self) -> torch.Tensor | None:
-        if self._values is None or self._values.dim() != 4:
-            return self._values
-        return self._values[:, :, :self._length]
+        return self._filled(self._values)
 
     @values.setter
     def values(self, tensor: torch.Tensor | None) -> None:
