@@ -80,6 +80,39 @@ def test_golden_cases_render_byte_exact(tok, reference_dir):
         assert _render(tok, case) == case["expected_text"], f"golden case {index}"
 
 
+def _as_text_parts(content):
+    """OpenAI-style list content carrying the same text, split in two parts ("" -> no parts)."""
+    half = len(content) // 2
+    return [{"type": "text", "text": piece} for piece in (content[:half], content[half:]) if piece]
+
+
+def test_golden_cases_render_the_same_with_list_content_and_enable_thinking(tok, reference_dir):
+    """What OpenAI-style clients send (content as text parts, Qwen3's `enable_thinking` flag)
+    renders byte for byte as the golden text."""
+    for index, case in enumerate(_golden_cases(reference_dir)):
+        messages = [dict(m, content=_as_text_parts(m["content"])) if isinstance(m.get("content"), str) else m
+                    for m in case["messages"]]
+        kwargs = {"enable_thinking": case["open_thinking"]} if "open_thinking" in case else {}
+        rendered = tok.apply_chat_template(messages, tools=case["tools"], tokenize=False,
+                                           add_generation_prompt=case["add_generation_prompt"], **kwargs)
+        assert rendered == case["expected_text"], f"golden case {index}"
+
+
+def test_enable_thinking_is_an_alias_and_parts_must_be_text(tok):
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}]
+    def prompt(**kwargs):
+        return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    assert prompt(enable_thinking=True) == prompt(open_thinking=True) == "<|im_start|>user\nhi there<|im_end|>\n" \
+        "<|im_start|>assistant\n<think>\n"
+    assert prompt(enable_thinking=False) == prompt() == prompt(enable_thinking=True, open_thinking=False)
+    assert prompt(enable_thinking=False).endswith("<think>\n\n</think>\n\n")
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x.png"}}]}]
+    with pytest.raises(Exception, match=r"user content parts must be \{\"type\": \"text\""):
+        tok.apply_chat_template(image, tokenize=False)
+    with pytest.raises(Exception, match="string or a list of text parts"):
+        tok.apply_chat_template([{"role": "user", "content": 7}], tokenize=False)
+
+
 def test_golden_special_and_byte_ids_match_upstream(tok, reference_dir):
     """Ids below 36 (special/added tokens) appear in the same order as upstream's; bytes share ids."""
     for index, case in enumerate(_golden_cases(reference_dir)):

@@ -20,6 +20,9 @@ open_thinking=..., tokenize=False)``), byte-exact with upstream MiniMind's forma
   \\n</tool_response>`` blocks.
 * Generation prompt: ``<|im_start|>assistant\\n`` then ``<think>\\n`` if ``open_thinking`` else
   ``<think>\\n\\n</think>\\n\\n``.
+  ``enable_thinking`` (Qwen3's flag) is an alias; ``open_thinking`` wins when both are given.
+* Message content is a string, or OpenAI-style parts ``[{"type": "text", "text": ...}, ...]``
+  rendered as their concatenated text (any other part type is refused).
 * ``{% generation %}`` marks what the model writes after the matching generation prompt (for
   ``return_assistant_tokens_mask``), ending with ``<|im_end|>``.
 
