@@ -67,6 +67,7 @@ __all__ = [
     "PolicyLossSpec",
     "PolicyTerm",
     "REDUCTIONS",
+    "LOG_RATIO_BOUND",
     "ZSCORE_EPS",
     "cispo_policy_loss",
     "clip_policy_loss",
@@ -74,12 +75,20 @@ __all__ = [
     "compute_policy_loss",
     "gspo_policy_loss",
     "k3_kl",
+    "log_ratio",
     "reduce_loss",
     "register_policy_loss",
 ]
 
 ZSCORE_EPS = 1e-4
 """Added to the unbiased group standard deviation in the z-score advantage (as TRL does)."""
+
+LOG_RATIO_BOUND = 20.0
+"""Every objective clamps the per-token log-ratio ``logp - old`` (and the KL's ``ref - logp``) to
+``[-20, 20]`` before ``exp`` (verl's bound), so ``r <= e^20 ~ 4.9e8``: a token with an extreme
+log-ratio (an old log-prob of ``-inf``, a log-ratio of 90) gives a finite loss and exactly zero
+gradient through the ratio while the clamp is active. Ordinary log-ratios (``|x| <= 20``) are
+unchanged bit for bit."""
 
 ADVANTAGE_MODES = ("zscore", "center")
 REDUCTIONS = ("seq_mean", "fixed_length", "token_mean", "sequence")
@@ -406,6 +415,15 @@ def register_policy_loss(name: str, *, level: str = "token", replace: bool = Fal
 # --------------------------------------------------------------------------------------------
 
 
+def log_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
+    """``clamp(logp - old, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)``, the log-ratio every objective exponentiates.
+
+    Where the clamp is active the result is a constant, so those tokens get exactly zero gradient
+    through the ratio (an old log-prob of ``-inf`` gives ``+20``, never ``inf`` or ``NaN``).
+    """
+    return torch.clamp(logps - old_logps, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+
+
 @register_policy_loss("clip", level="token")
 def clip_policy_loss(
     logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, config: ObjectiveConfig
@@ -415,13 +433,13 @@ def clip_policy_loss(
     GRPO maximises ``1/G sum_i 1/|o_i| sum_t min(r_it A_i, clip(r_it, 1-eps, 1+eps) A_i)``;
     the ``1/|o_i|`` and ``1/G`` are the reduction's business, so per token::
 
-        r_t  = exp(logp_t - old_t)                                          [B, T]
+        r_t  = exp(clamp(logp_t - old_t, -20, 20))                          [B, T]
         l_t  = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)           [B, T]
 
     Args: logps, old_logps, mask ``[B, T]``; advantages ``[B]``. Returns per-token values ``[B, T]``.
     """
     adv = advantages.unsqueeze(1)  # [B, 1]
-    ratio = torch.exp(logps - old_logps)  # [B, T]
+    ratio = torch.exp(log_ratio(logps, old_logps))  # [B, T]
     clipped = torch.clamp(ratio, 1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
     per_token = -torch.minimum(ratio * adv, clipped * adv)
     return PolicyTerm(per_token, {})
@@ -436,14 +454,15 @@ def cispo_policy_loss(
     MiniMax-M1 maximises ``sum_i sum_t sg(r_hat_it) A_i log pi(o_it)`` with the weight truncated
     from above, so every token keeps a gradient (unlike the clip, which zeroes it)::
 
-        w_t = sg(min(exp(logp_t - old_t), cispo_max))                       [B, T]
+        w_t = sg(min(exp(clamp(logp_t - old_t, -20, 20)), cispo_max))       [B, T]
         l_t = -w_t A logp_t                                                  [B, T]
         d l_t / d logp_t = -w_t A
 
-    Diagnostic ``cispo_truncation_fraction``: share of action tokens with ``r_t > cispo_max``.
+    The weight carries no gradient anyway, so the log-ratio clamp only keeps it finite (an old
+    log-prob of ``-inf`` gives the weight ``cispo_max``). Diagnostic ``cispo_truncation_fraction``: share of action tokens with ``r_t > cispo_max``.
     Args: logps, old_logps, mask ``[B, T]``; advantages ``[B]``. Returns per-token values ``[B, T]``.
     """
-    ratio = torch.exp(logps.detach() - old_logps)  # [B, T], no gradient
+    ratio = torch.exp(log_ratio(logps.detach(), old_logps))  # [B, T], no gradient
     weight = torch.clamp(ratio, max=config.cispo_max)
     per_token = -weight * advantages.unsqueeze(1) * logps
     truncated = (ratio > config.cispo_max) & mask
@@ -460,7 +479,7 @@ def gspo_policy_loss(
     GSPO maximises ``1/G sum_i min(s_i A_i, clip(s_i, 1-eps, 1+eps) A_i)`` with
     ``s_i = (pi(y_i)/pi_old(y_i))^(1/|y_i|)``::
 
-        s   = exp( sum_t m_t (logp_t - old_t) / sum_t m_t )                 [B]
+        s   = exp( sum_t m_t clamp(logp_t - old_t, -20, 20) / sum_t m_t )   [B]
         l   = -min(s A, clip(s, 1 - eps_low, 1 + eps_high) A)                [B]
 
     The gradient flows through ``s`` into every action token's ``logp`` (sequence-level
@@ -471,8 +490,8 @@ def gspo_policy_loss(
     """
     counts = mask.sum(dim=1)  # [B]
     valid = counts > 0
-    log_ratio = torch.where(mask, logps - old_logps, torch.zeros_like(logps))  # [B, T]
-    seq_log_ratio = log_ratio.sum(dim=1) / counts.clamp(min=1)  # [B]
+    token_log_ratio = torch.where(mask, log_ratio(logps, old_logps), torch.zeros_like(logps))  # [B, T]
+    seq_log_ratio = token_log_ratio.sum(dim=1) / counts.clamp(min=1)  # [B]
     seq_ratio = torch.exp(seq_log_ratio)  # [B]
     clipped = torch.clamp(seq_ratio, 1.0 - config.epsilon_low, 1.0 + config.epsilon_high)
     per_seq = -torch.minimum(seq_ratio * advantages, clipped * advantages)
@@ -542,10 +561,12 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
     ::
 
-        d_t  = ref_t - logp_t                                               [B, T]
+        d_t  = clamp(ref_t - logp_t, -20, 20)                               [B, T]
         kl_t = exp(d_t) - d_t - 1   (>= 0, unbiased for KL under samples of pi_theta)
+
+    The clamp (:data:`LOG_RATIO_BOUND`) keeps ``exp`` finite for an extreme reference log-prob.
     """
-    delta = ref_logps - logps
+    delta = log_ratio(ref_logps, logps)
     return torch.exp(delta) - delta - 1.0
 
 
@@ -569,8 +590,9 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
     Metrics (Python floats), always present:
         ``loss``, ``policy_loss``, ``kl``;
         ``ratio_min``, ``ratio_mean``, ``ratio_max``: token ratio ``r_t`` over action tokens,
-        before any clipping; ``max_abs_log_ratio``: ``max |logp - old|`` over action tokens (0 and
-        ratios 1 exactly on the first update of a rollout);
+        before any clipping but after the :data:`LOG_RATIO_BOUND` clamp (so always finite);
+        ``max_abs_log_ratio``: ``max |logp - old|`` over action tokens, clamped the same way (20
+        means some token hit the bound; 0 and ratios 1 exactly on the first update of a rollout);
         ``clip_fraction_low`` (``r < 1-eps_low`` and ``A < 0``), ``clip_fraction_high``
         (``r > 1+eps_high`` and ``A > 0``), ``clip_fraction`` (either): fractions of action tokens,
         sign-aware like TRL, i.e. the tokens whose gradient the token clip removes. The same
@@ -621,16 +643,16 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         # Few, whole-tensor kernels: this runs on every micro-batch (benchmarks/update.py times it
         # against TRL's loss). Min/max are taken on log-ratios (exp is monotonic); the defaults for
         # a batch without action tokens are filled in on the host.
-        log_ratio = logps.detach() - old  # (B, T); 0 on masked positions
-        ratio = torch.exp(log_ratio)
+        clamped = log_ratio(logps.detach(), old)  # (B, T); 0 on masked positions
+        ratio = torch.exp(clamped)
         adv = advantages.unsqueeze(1)  # (B, 1)
         low = (ratio < 1.0 - config.epsilon_low) & (adv < 0) & m
         high = (ratio > 1.0 + config.epsilon_high) & (adv > 0) & m
         counts = m.sum(dim=1)  # (B,)
         floats = torch.stack([
             loss.detach(), policy_loss.detach(), kl.detach(),
-            torch.where(m, log_ratio, math.inf).amin() if m.numel() else zero,
-            torch.where(m, log_ratio, -math.inf).amax() if m.numel() else zero,
+            torch.where(m, clamped, math.inf).amin() if m.numel() else zero,
+            torch.where(m, clamped, -math.inf).amax() if m.numel() else zero,
             (ratio * m).sum(),
         ]).tolist()
         ints = torch.stack([counts.sum(), (counts > 0).sum(), low.sum(), high.sum(), (low | high).sum()]).tolist()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from minimind_trl.objectives import (
+    LOG_RATIO_BOUND,
     POLICY_LOSSES,
     PRESETS,
     LossOutput,
@@ -21,6 +22,7 @@ from minimind_trl.objectives import (
     PolicyTerm,
     compute_advantages,
     compute_policy_loss,
+    k3_kl,
     reduce_loss,
     register_policy_loss,
 )
@@ -491,6 +493,68 @@ def test_gspo_sequence_ratio_clip_and_gradient():
     for b in (2, 3, 4):
         expected[b, :2] = -adv[b] * s[b] / 2 / 6
     torch.testing.assert_close(logps.grad, expected, rtol=1e-12, atol=1e-15)
+
+
+# --------------------------------------------------------------------------------------------
+# Extreme log-ratios: clamped to +-LOG_RATIO_BOUND before exp
+# --------------------------------------------------------------------------------------------
+
+
+def _extreme_batch(dtype=torch.float32):
+    """Four rows of three action tokens (fp32, where exp overflows above ~88.7). Token 0 of each
+    row is extreme: log-ratio +90 (rows 0, 1), an old log-prob of -inf (row 2), -90 (row 3);
+    tokens 1 and 2 are ordinary (log-ratios 0.05 and -0.1). Advantages +1, -1, +1, -1."""
+    old = torch.tensor([[-1.0, -2.0, -0.5]] * 4, dtype=dtype)
+    old[2, 0] = -math.inf
+    shift = torch.tensor([[90.0, 0.05, -0.1], [90.0, 0.05, -0.1], [0.0, 0.05, -0.1], [-90.0, 0.05, -0.1]], dtype=dtype)
+    logps = torch.where(torch.isinf(old), torch.full_like(old, -3.0), old + shift).requires_grad_()
+    return PolicyBatch(logps, old, torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=dtype), torch.ones(4, 3)), logps
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_extreme_log_ratios_give_finite_loss_and_gradient(name):
+    batch, logps = _extreme_batch()
+    out = compute_policy_loss(batch, ObjectiveConfig.preset(name))
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and torch.isfinite(logps.grad).all()
+    assert all(math.isfinite(v) for v in out.metrics.values())
+    assert out.metrics["max_abs_log_ratio"] == LOG_RATIO_BOUND
+    assert out.metrics["ratio_max"] == pytest.approx(math.exp(LOG_RATIO_BOUND), rel=1e-6)
+    if name == "cispo":
+        # the stop-gradient weight is capped: each extreme token keeps -min(r, 5) * A / (3 * 4)
+        expected = [-min(math.exp(x), 5.0) * a / 12 for x, a in zip([20.0, 20.0, 20.0, -20.0], [1, -1, 1, -1])]
+        torch.testing.assert_close(logps.grad[:, 0], torch.tensor(expected), rtol=1e-6, atol=1e-12)
+    else:
+        # the clamp is active on every extreme token: exactly zero gradient there
+        assert torch.equal(logps.grad[:, 0], torch.zeros(4))
+
+
+def test_extreme_log_ratio_loss_values_are_the_clamped_ones():
+    # GRPO per token: row 1 (A = -1, r = e^20) gives -min(-e^20, -1.2) = e^20; row 0 (A = +1)
+    # gives -1.2; row 2 (old = -inf, A = +1) -1.2; row 3 (r = e^-20, A = -1) -min(-e^-20, -0.8) = 0.8.
+    batch, _ = _extreme_batch(dtype=torch.float64)
+    clamped = compute_policy_loss(batch, ObjectiveConfig.preset("grpo"))
+    ordinary = [-min(math.exp(x) * a, min(max(math.exp(x), 0.8), 1.2) * a) for x in (0.05, -0.1) for a in (1, -1)]
+    rows = [-1.2, math.exp(20.0), -1.2, 0.8]
+    expected = sum(rows) / 12 + 2 * sum(ordinary) / 12
+    assert clamped.loss.item() == pytest.approx(expected, rel=1e-12)
+    # k3 KL with an extreme reference log-prob stays finite too (the same clamp on ref - logp)
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    kl = k3_kl(logp, torch.tensor([[-1.0 + 90.0, -math.inf]]))
+    assert kl[0].tolist() == pytest.approx([math.exp(20.0) - 21.0, math.exp(-20.0) + 19.0], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_log_ratios_inside_the_bound_are_not_changed(name):
+    # log-ratio 19.9 is inside the bound: loss and gradient are the unclamped formula's
+    logps = torch.tensor([[19.9 - 1.0, -2.1]], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
+    out = compute_policy_loss(PolicyBatch(logps, old, torch.tensor([-1.0], dtype=torch.float64), torch.ones(1, 2)),
+                              ObjectiveConfig.preset(name))
+    assert out.metrics["max_abs_log_ratio"] == pytest.approx(19.9, rel=1e-12)
+    if name in ("grpo", "dr_grpo"):
+        length = 2 if name == "grpo" else 768
+        assert out.loss.item() == pytest.approx((math.exp(19.9) + math.exp(-0.1)) / length, rel=1e-12)
 
 
 # --------------------------------------------------------------------------------------------

@@ -327,8 +327,11 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         figures = self._step_stats.reduce(self.accelerator)
         self._step_stats = StepAccumulator()
         step = self.state.global_step + 1
-        if figures.pop("nonfinite_loss", 0.0) > 0 or (grad_norm is not None and not math.isfinite(grad_norm)):
-            detail = "; ".join(self._nonfinite) or "on another process"
+        loss_bad = figures.pop("nonfinite_loss", 0.0) > 0
+        if loss_bad or (grad_norm is not None and not math.isfinite(grad_norm)):
+            detail = "; ".join(self._nonfinite) or (
+                "the loss was non-finite on another process" if loss_bad else "every loss was finite, the gradient was not"
+            )
             raise NonFiniteError(
                 f"non-finite loss or gradient at step {step} (grad_norm={grad_norm}): {detail}. "
                 "The optimizer step was not taken."
