@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -205,3 +206,118 @@ def test_trl_sft_trainer_lowers_loss(preset, tmp_path):
     assert trainer.state.global_step == 3 and len(logs) == 3
     assert logs[-1]["loss"] < logs[0]["loss"]
     assert ("aux_loss" in logs[0]) == (preset == "tiny-moe")
+
+
+# ------------------------------------------------------------ Hub-ready: card, old loaders, tokenizer
+
+# What transformers 4.x Qwen3Config / Qwen3MoeConfig take when a key is absent from config.json
+# (4.x reads these names; 5.x writes rope_parameters, num_local_experts and dtype instead).
+OLD_QWEN3_DEFAULTS = {"rope_theta": 10000.0, "rope_scaling": None, "use_cache": True, "torch_dtype": None}
+OLD_QWEN3_MOE_DEFAULTS = {**OLD_QWEN3_DEFAULTS, "num_experts": 128}
+
+
+@pytest.mark.parametrize("preset,overrides", [("tiny", {"inference_rope_scaling": True}),
+                                               ("tiny", {"rope_theta": 5e5}), ("tiny-moe", {})])
+def test_qwen3_export_config_reads_right_with_old_loaders(preset, overrides, tmp_path):
+    model = tiny_model(preset, **overrides)
+    model.config.use_cache = False  # as training with activation checkpointing leaves it
+    config = json.loads((save_for_hub(model, None, tmp_path / "q", format="qwen3") / "config.json").read_text())
+    old_defaults = OLD_QWEN3_MOE_DEFAULTS if model.config.use_moe else OLD_QWEN3_DEFAULTS
+    seen_by_old = {key: config.get(key, default) for key, default in old_defaults.items()}
+    rope = dict(model.config.rope_parameters)
+    expected = {"rope_theta": rope.pop("rope_theta"), "use_cache": True, "torch_dtype": "float32",
+                "rope_scaling": rope if overrides.get("inference_rope_scaling") else None}
+    if model.config.use_moe:
+        expected["num_experts"] = model.config.num_experts
+    assert seen_by_old == expected
+    if overrides.get("inference_rope_scaling"):  # what 4.x's YaRN reads, upstream's values
+        assert (rope["rope_type"], rope["factor"], rope["original_max_position_embeddings"],
+                rope["attention_factor"], rope["beta_fast"], rope["beta_slow"]) == ("yarn", 16.0, 2048, 1.0, 32.0, 1.0)
+    assert config["rope_parameters"] == model.config.rope_parameters  # what 5.x reads is unchanged
+    assert config.get("num_local_experts") == (model.config.num_experts if model.config.use_moe else None)
+    minimind = json.loads((save_for_hub(model, None, tmp_path / "m") / "config.json").read_text())
+    assert minimind["use_cache"] is True and minimind["rope_theta"] == expected["rope_theta"]
+
+
+def _front_matter(card: str) -> dict:
+    import yaml
+
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+RUN_MANIFEST = {
+    "kind": "sft", "command": "minimind-trl train recipes/e0/sft.yaml --output-dir runs/e0_sft",
+    "recipe": {"kind": "sft", "seed": 42, "description": "E0: assistant-only SFT", "model": {"preset": "tiny"},
+               "sft": {"mode": "sft", "max_length": 1024}, "training": {"learning_rate": 0.0005}},
+    "recipe_sha256": "ab" * 32, "training_args": {}, "objective": None,
+    "versions": {"torch": "2.13.0", "trl": "1.16.0"}, "git": {"commit": "1234abcd", "dirty": False},
+    "data": {"path": "data/sft", "split": "train", "file_sha256": "cd" * 32, "manifest_sha256": "ef" * 32,
+             "rows": 800},
+    "initial_model": {"path": "runs/e0_sft/initial_model", "num_parameters": 532864}, "seed": 42, "world_size": 1,
+}
+
+
+def test_model_card_from_the_run_manifest_and_arguments(tmp_path):
+    from minimind_trl.modeling import count_parameters
+    from minimind_trl.tokenization import load_tokenizer
+
+    run_dir = tmp_path / "runs" / "e0_sft"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps(RUN_MANIFEST))
+    dense, moe = tiny_model(), tiny_model("tiny-moe")
+    card = (save_for_hub(dense, load_tokenizer(), run_dir / "final") / "README.md").read_text()  # as runs do
+    assert _front_matter(card) == {"license": "apache-2.0", "library_name": "transformers",
+                                   "pipeline_tag": "text-generation",
+                                   "tags": ["minimind", "minimind-trl", "qwen3", "tool-use"]}
+    for fragment in ("| preset | `tiny` |", f"| parameters | {count_parameters(dense):,} |", "ab" * 32, "cd" * 32,
+                     "ef" * 32, "E0: assistant-only SFT", "learning_rate: 0.0005", "trust_remote_code=True",
+                     "data/sft (split train, 800 rows)", "1234abcd"):
+        assert fragment in card, fragment
+
+    qwen = save_for_hub(moe, load_tokenizer(), tmp_path / "export" / "qwen3", format="qwen3",
+                        manifest=run_dir, metrics={"task_success": 0.7, "questions": 150},
+                        base_model="someone/MiniMind-3-MoE")
+    card = (qwen / "README.md").read_text()
+    assert _front_matter(card)["base_model"] == "someone/MiniMind-3-MoE"
+    assert {"qwen3_moe", "moe"} <= set(_front_matter(card)["tags"])
+    for fragment in (f"{count_parameters(moe):,} total, {count_parameters(moe, active=True):,} active",
+                     "| task_success | 0.7 |", "| questions | 150 |", "ab" * 32, "## How to load"):
+        assert fragment in card, fragment
+    assert "trust_remote_code" not in card
+    bare = (save_for_hub(dense, None, tmp_path / "export" / "bare") / "README.md").read_text()
+    assert "## Training" not in bare and "## Evaluation" not in bare and "load_tokenizer()" in bare
+
+    # The card's own loading example runs as written, inside the folder (repo id ".").
+    snippets = []
+    for folder in (run_dir / "final", qwen):
+        text = (folder / "README.md").read_text()
+        snippets.append(f"import os\nos.chdir({str(folder)!r})\n" +
+                        text.split("```python\n")[-1].split("```")[0] + "print('class', type(model).__name__)")
+    (tmp_path / "cards.py").write_text("\n".join(snippets))
+    result = subprocess.run([sys.executable, str(tmp_path / "cards.py")], capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [line for line in result.stdout.splitlines() if line.startswith("class ")] == [
+        "class MiniMindForCausalLM", "class Qwen3MoeForCausalLM"]
+
+
+def test_exported_tokenizer_config_has_no_local_leftovers(tmp_path):
+    from transformers import AutoTokenizer
+
+    from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
+
+    source = tmp_path / "somewhere" / "my_tokenizer"
+    shutil.copytree(DEFAULT_TOKENIZER_DIR, source)
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    for fmt in ("minimind", "qwen3"):
+        folder = save_for_hub(tiny_model(), tokenizer, tmp_path / f"out-{fmt}", format=fmt)
+        text = (folder / "tokenizer_config.json").read_text()
+        config = json.loads(text)
+        assert not {"is_local", "local_files_only", "name_or_path", "_name_or_path"} & set(config)
+        assert str(tmp_path) not in text and "somewhere" not in text
+        assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a class 4.x also has
+        again = AutoTokenizer.from_pretrained(str(folder))
+        sample = "<|im_start|>user\n12 * 7 = 84<tool_call><|im_end|>"
+        assert again(sample)["input_ids"] == load_tokenizer()(sample)["input_ids"]
+        assert again.chat_template == load_tokenizer().chat_template

@@ -11,7 +11,14 @@ MoE experts are written per expert (`mlp.experts.{e}.{gate,up,down}_proj.weight`
 Qwen3-MoE checkpoints on the Hub. Note that Qwen3-MoE's own load-balancing loss differs from
 MiniMind's (see `modeling_minimind`), which matters only when training the exported model.
 
-Both write generation_config.json (bos 1, eos 2, pad 0 by default) and, when given, the tokenizer.
+Both write generation_config.json (bos 1, eos 2, pad 0 by default), a model card README.md
+(`card.model_card`: license, preset, parameter counts, the training run from a run manifest,
+metrics, how to load) and, when given, the tokenizer. Exported configs say `use_cache: true` (a
+training run may have switched it off). The qwen3 configs also carry the keys older transformers
+releases read instead of `rope_parameters` / `num_local_experts` / `dtype` (`rope_theta`,
+`rope_scaling`, `num_experts`, `torch_dtype`): without them 4.x loads the wrong RoPE base silently.
+tokenizer_config.json loses the loading leftovers (`is_local`, `local_files_only`, paths) and names
+`PreTrainedTokenizerFast`, the class both 4.x and 5.x know.
 Writing is atomic: everything goes to a temporary folder beside `out_dir`, which is then renamed.
 """
 
@@ -27,6 +34,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3MoeConfig
 
+from .card import model_card, read_manifest
 from .configuration_minimind import MiniMindConfig
 from .modeling_minimind import MiniMindForCausalLM
 from .native import hf_to_native_state_dict
@@ -37,6 +45,7 @@ AUTO_MAP = {
     "AutoModel": "modeling_minimind.MiniMindModel",
     "AutoModelForCausalLM": "modeling_minimind.MiniMindForCausalLM",
 }
+TOKENIZER_LEFTOVERS = ("is_local", "local_files_only", "name_or_path", "_name_or_path", "cache_dir", "_commit_hash")
 
 
 def qwen3_config(config: MiniMindConfig, dtype: torch.dtype | None = None) -> Qwen3Config | Qwen3MoeConfig:
@@ -78,12 +87,25 @@ def qwen3_config(config: MiniMindConfig, dtype: torch.dtype | None = None) -> Qw
     )
 
 
+def _edit_json(path: Path, edit) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def legacy_config_keys(config_dict: dict) -> dict:
+    """The keys transformers 4.x Qwen3 / Qwen3-MoE configs read, from a 5.x config dict."""
+    rope = dict(config_dict["rope_parameters"])
+    keys = {"rope_theta": rope.pop("rope_theta"), "torch_dtype": config_dict.get("dtype")}
+    keys["rope_scaling"] = rope if rope["rope_type"] != "default" else None
+    if "num_local_experts" in config_dict:
+        keys["num_experts"] = config_dict["num_local_experts"]
+    return keys
+
+
 def _write_minimind(model: MiniMindForCausalLM, folder: Path) -> None:
     model.save_pretrained(folder)
-    config_path = folder / "config.json"
-    config_dict = json.loads(config_path.read_text(encoding="utf-8"))
-    config_dict["auto_map"] = AUTO_MAP
-    config_path.write_text(json.dumps(config_dict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _edit_json(folder / "config.json", lambda config: config.update(auto_map=AUTO_MAP, use_cache=True))
     source_dir = Path(__file__).resolve().parent
     for name in CODE_FILES:
         shutil.copyfile(source_dir / name, folder / name)
@@ -96,7 +118,19 @@ def _write_qwen3(model: MiniMindForCausalLM, folder: Path) -> None:
         del weights["lm_head.weight"]
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     qwen3_config(model.config, dtype=dtype).save_pretrained(folder)
+    _edit_json(folder / "config.json", lambda config: config.update(legacy_config_keys(config), use_cache=True))
     model.generation_config.save_pretrained(folder)
+
+
+def _clean_tokenizer_config(folder: Path) -> None:
+    def clean(config: dict) -> None:
+        for key in TOKENIZER_LEFTOVERS:
+            config.pop(key, None)
+        if config.get("tokenizer_class") == "TokenizersBackend":
+            config["tokenizer_class"] = "PreTrainedTokenizerFast"
+
+    if (folder / "tokenizer_config.json").exists():
+        _edit_json(folder / "tokenizer_config.json", clean)
 
 
 def _replace_folder(new: Path, target: Path) -> None:
@@ -117,20 +151,45 @@ def _replace_folder(new: Path, target: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def save_for_hub(model: MiniMindForCausalLM, tokenizer, out_dir: str | os.PathLike, format: str = "minimind") -> Path:
-    """Write `model` (and `tokenizer`, unless None) to `out_dir` as `format` "minimind" or "qwen3"."""
+def save_for_hub(
+    model: MiniMindForCausalLM,
+    tokenizer,
+    out_dir: str | os.PathLike,
+    format: str = "minimind",
+    *,
+    manifest: dict | str | os.PathLike | None = None,
+    metrics: dict | None = None,
+    base_model: str | None = None,
+    repo_id: str | None = None,
+) -> Path:
+    """Write `model` (and `tokenizer`, unless None) to `out_dir` as `format` "minimind" or "qwen3".
+
+    The model card describes the training run of `manifest` (a dict, a manifest.json path or a run
+    folder); when it is None and `out_dir` lies in a run folder (its `final/`), that run's manifest.
+    `metrics` (name -> value) go into an evaluation table, `base_model` (a Hub id) into the front
+    matter, `repo_id` into the loading example (default ".": run inside the folder).
+    """
     writers = {"minimind": _write_minimind, "qwen3": _write_qwen3}
     if format not in writers:
         raise ValueError(f"save_for_hub: format must be one of {sorted(writers)} (got {format!r})")
     if not isinstance(model, MiniMindForCausalLM):
         raise ValueError(f"save_for_hub: model must be a MiniMindForCausalLM (got {type(model).__name__})")
     out_dir = Path(out_dir)
+    manifest = read_manifest(manifest)
+    run_manifest = out_dir.parent / "manifest.json"
+    if manifest is None and run_manifest.is_file():
+        found = read_manifest(run_manifest)
+        manifest = found if isinstance(found, dict) and "recipe_sha256" in found else None
+    card = model_card(model, format, manifest=manifest, metrics=metrics, base_model=base_model,
+                      repo_id=repo_id or ".", with_tokenizer=tokenizer is not None)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         writers[format](model, temp)
+        (temp / "README.md").write_text(card, encoding="utf-8")
         if tokenizer is not None:
             tokenizer.save_pretrained(temp)
+            _clean_tokenizer_config(temp)
         _replace_folder(temp, out_dir)
     finally:
         if temp.exists():
@@ -138,4 +197,4 @@ def save_for_hub(model: MiniMindForCausalLM, tokenizer, out_dir: str | os.PathLi
     return out_dir
 
 
-__all__ = ["save_for_hub", "qwen3_config"]
+__all__ = ["legacy_config_keys", "qwen3_config", "save_for_hub"]
