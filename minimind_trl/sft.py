@@ -52,6 +52,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
 from minimind_trl.data import conversations_to_messages
+from minimind_trl.trainer.policy_pass import use_minimind_aux_loss
 
 logger = logging.getLogger(__name__)
 
@@ -289,32 +290,7 @@ class MiniMindSFTTrainer(SFTTrainer):
         super().__init__(*args, **kwargs)
         model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         if getattr(model.config, "use_moe", False):
-            _upstream_aux_loss(model)
-
-
-def _upstream_aux_loss(model: PreTrainedModel) -> None:
-    """Wrap ``model.forward`` (TRL's fused forward) so its ``aux_loss`` is ``router_aux_loss``."""
-    from minimind_trl.modeling import router_aux_loss
-
-    fused, backbone, config = model.forward, model.model, model.config
-
-    def forward(*args: Any, fused_lm_head: bool = False, **kwargs: Any):
-        if not fused_lm_head:
-            return fused(*args, **kwargs)
-        router: list = []
-        hook = backbone.register_forward_hook(lambda module, inputs, output: router.append(output.router_logits))
-        try:
-            out = fused(*args, fused_lm_head=True, **kwargs)
-        finally:
-            hook.remove()
-        if out.aux_loss is not None and router and router[0]:
-            ours = router_aux_loss(router[0], config.num_experts, config.num_experts_per_tok,
-                                   kwargs.get("attention_mask"))
-            out.loss = out.loss + config.router_aux_loss_coef * (ours - out.aux_loss)
-            out.aux_loss = ours
-        return out
-
-    model.forward = forward
+            use_minimind_aux_loss(model)
 
 
 @dataclass

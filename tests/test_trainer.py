@@ -182,3 +182,52 @@ def test_config_resolves_the_preset_and_overrides(tmp_path):
 
 def test_tiny_tokenizer_and_model_fit():
     assert len(tiny_tokenizer()) <= tiny_model().config.vocab_size
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_prefix_sharing_gives_the_plain_pass_gradients_and_metrics(tmp_path, moe):
+    """training.prefix_sharing on vs off: same gradients (1e-5 relative), losses, KL, aux and router
+    figures; update 0's ratio exactly 1 in both. Tool gaps, a reference model; dense with GA=2
+    (rows regrouped). MoE with GA=1: the aux loss is a statistic of each micro-batch, so regrouping
+    rows changes it (README), while the plain pass keeps TRL's shuffled split."""
+    from minimind_trl.trainer.run import save_initial_model
+
+    batch, accumulation = (8, 1) if moe else (4, 2)
+    grads, rows = {}, {}
+    for sharing in (False, True):
+        model = tiny_model(moe=moe)
+        save_initial_model(model, tmp_path / f"init-{sharing}")
+        grab = GradGrab()
+        trainer = make_trainer(
+            tmp_path / f"run-{sharing}", model=model, callbacks=[grab], max_grad_norm=0.0, max_steps=2,
+            num_iterations=2, beta=0.1, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+            prefix_sharing=sharing,
+        )
+        trainer.train()
+        grads[sharing], rows[sharing] = grab.grads, read_metrics(tmp_path / f"run-{sharing}" / "metrics.jsonl")
+    assert grads[True].keys() == grads[False].keys()
+    for key, plain in grads[False].items():
+        scale = plain.abs().max().clamp(min=1e-6)
+        assert (grads[True][key] - plain).abs().max() / scale < 1e-5, key
+    assert rows[True][0]["max_abs_log_ratio"] == 0.0 == rows[False][0]["max_abs_log_ratio"]
+    keys = ["loss", "policy_loss", "kl", "entropy", "ratio_mean", "clip_fraction", "num_action_tokens"]
+    if moe:
+        keys += ["aux_loss", "moe/layer0/imbalance", "moe/layer1/router_entropy", "moe/layer0/aux_loss",
+                 "moe/flip_rate"]
+    for shared, plain in zip(rows[True], rows[False]):
+        for key in keys:
+            assert shared[key] == pytest.approx(plain[key], rel=1e-5, abs=1e-7), key
+        if moe:
+            assert shared["moe/layer0/load"] == pytest.approx(plain["moe/layer0/load"], rel=1e-6)
+
+
+def test_regroup_puts_each_group_in_one_micro_batch():
+    from minimind_trl.trainer.grpo_trainer import _regroup_by_prompt
+
+    prompts = torch.tensor([[0, 5], [7, 8], [0, 5], [7, 8], [1, 2], [0, 5], [1, 2], [7, 8], [1, 2]])  # 3 groups of 3
+    batches = [{"prompt_ids": prompts[i:i + 3], "row": list(range(i, i + 3)), "scalar": torch.tensor(9.0)}
+               for i in (0, 3, 6)]
+    regrouped = _regroup_by_prompt(batches)
+    assert [len(torch.unique(b["prompt_ids"], dim=0)) for b in regrouped] == [1, 1, 1]
+    assert [b["row"] for b in regrouped] == [[0, 2, 5], [1, 3, 7], [4, 6, 8]]  # first appearance, then row order
+    assert all(float(b["scalar"]) == 9.0 for b in regrouped)

@@ -79,6 +79,21 @@ class MiniMindGRPOConfig(GRPOConfig):
             `steps_per_generation` must equal `gradient_accumulation_steps` (TRL's default), so
             that each optimizer step sees the whole rollout once.
 
+        > Policy passes
+
+        prefix_sharing (`bool`, defaults to `True`):
+            Run the old-log-prob replay, every update and the reference-model pass through
+            :mod:`minimind_trl.trainer.policy_pass`: each micro-batch is packed so that every
+            distinct prompt (and the preamble all prompts share) is encoded once and no linear
+            layer sees a pad; completions attend to the shared keys and values, and gradients flow
+            through them (Prefix Grouper, Liu et al. 2025, arXiv:2506.05433). Per-token log-probs
+            and gradients equal the plain pass within float rounding (tested to 1e-5); the MoE aux
+            loss and router statistics count a shared token once per row, as the plain pass does.
+            With several accumulation steps the rollout's rows are regrouped so that a group's
+            trajectories share a micro-batch (the step's gradient does not depend on the split; the
+            MoE aux loss, a statistic of each micro-batch, does: it then sees other rows together).
+            `False`: TRL's pass, one padded ``[prompt | completion]`` row per trajectory.
+
         > Run discipline and diagnostics
 
         logging_steps (`int`, defaults to `1`):
@@ -103,6 +118,9 @@ class MiniMindGRPOConfig(GRPOConfig):
     logging_steps: float = field(default=1, metadata={"help": "Must be 1 (one metrics record per optimizer step)."})
     metrics_file: str = field(default="metrics.jsonl", metadata={"help": "Per-step diagnostics file in output_dir."})
     moe_diagnostics: bool = field(default=True, metadata={"help": "Per-layer MoE router diagnostics."})
+    prefix_sharing: bool = field(
+        default=True, metadata={"help": "Encode each distinct prompt once per policy pass (exact; False: TRL's pass)."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -13,6 +13,9 @@ What is overridden, and why (TRL 1.16):
   update pass will use, so update 0's ratio is exactly 1 (not only on CPU).
 * ``_compute_loss``: :func:`minimind_trl.objectives.compute_policy_loss`, weighted so that the
   gradient of an optimizer step does not depend on how the rollout is split (see "Weighting").
+* ``_get_per_token_logps_and_entropies`` (TRL's one log-prob function, also used for the
+  reference model): with ``prefix_sharing`` the prefix-shared pass of
+  :mod:`minimind_trl.trainer.policy_pass`, which the replay and the updates use as well.
 * ``_get_grad_norm``: closes the step: reduces its figures over processes, stops the run on a
   non-finite loss or gradient (before ``optimizer.step``).
 * ``log``: adds the step record to the logs (reporters) and exposes it to the metrics callback.
@@ -41,6 +44,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import split_tensor_dict
 
 from minimind_trl.envs.environment import ToolEnvironmentMixin, is_error_observation
 from minimind_trl.objectives import PolicyBatch, compute_advantages, compute_policy_loss, k3_kl, reduce_loss
@@ -48,6 +52,12 @@ from minimind_trl.trainer.callbacks import DiagnosticsCallback
 from minimind_trl.trainer.checkpoints import AtomicCheckpointMixin
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
+from minimind_trl.trainer.policy_pass import (
+    build_layout,
+    install_shared_forward,
+    supports_shared_forward,
+    use_minimind_aux_loss,
+)
 from minimind_trl.trainer.stats import StepAccumulator
 
 _ROW_WEIGHTED = ("seq_ratio", "gspo_seq")  # per-sequence metrics of the objectives module
@@ -64,6 +74,36 @@ def _tool_counts(completion: Any) -> tuple[int, int]:
         return 0, 0
     observations = [m.get("content") for m in completion if isinstance(m, dict) and m.get("role") == "tool"]
     return len(observations), sum(is_error_observation(str(o)) for o in observations)
+
+
+def _regroup_by_prompt(micro_batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Re-split a shuffled rollout so that rows with the same prompt share a micro-batch.
+
+    Groups keep the (random) order of their first row; the number and size of micro-batches are
+    unchanged. The optimizer step sums over all micro-batches, so its gradient does not depend on
+    this order; what changes is that a group's prompt is encoded once, not once per micro-batch."""
+    keys = micro_batches[0].keys()
+    merged: dict[str, Any] = {}
+    for key in keys:
+        values = [batch[key] for batch in micro_batches]
+        first = values[0]
+        if isinstance(first, torch.Tensor) and first.dim() > 0:
+            merged[key] = torch.cat(values)
+        elif isinstance(first, list):
+            merged[key] = [item for value in values for item in value]
+        else:
+            merged[key] = first
+    _, prompt_of_row = torch.unique(merged["prompt_ids"].cpu(), dim=0, return_inverse=True)  # [B]
+    rows = torch.arange(prompt_of_row.numel())
+    first_row = torch.full((int(prompt_of_row.max()) + 1,), prompt_of_row.numel()).scatter_reduce(
+        0, prompt_of_row, rows, reduce="amin")
+    order = torch.argsort(first_row[prompt_of_row] * prompt_of_row.numel() + rows)  # groups, then rows
+    for key, value in merged.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            merged[key] = value[order.to(value.device)]
+        elif isinstance(value, list):
+            merged[key] = [value[i] for i in order.tolist()]
+    return split_tensor_dict(merged, len(micro_batches))
 
 
 class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
@@ -84,6 +124,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self.objective = self.args.objective_config()
         self._policy_objective = dataclasses.replace(self.objective, beta=0.0)  # KL is weighted apart
         self.router_recorder = RouterRecorder.for_model(self.model) if self.args.moe_diagnostics else None
+        self._setup_policy_passes()
         self._step_stats = StepAccumulator()
         self._rollout_stats: dict[str, Any] = {}
         self._timings = dict.fromkeys(_TIMING_KEYS, 0.0)
@@ -95,6 +136,21 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self.last_record: dict[str, Any] | None = None
         self.diagnostics = DiagnosticsCallback(self, os.path.join(self.args.output_dir, self.args.metrics_file))
         self.add_callback(self.diagnostics)
+
+    def _setup_policy_passes(self) -> None:
+        """MiniMind's aux loss in TRL's fused pass; the prefix-shared pass on policy and reference."""
+        models = [self.model, self.ref_model] if self.ref_model is not None else [self.model]
+        for model in models:
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            if getattr(base.config, "use_moe", False):
+                use_minimind_aux_loss(base)
+            if self.args.prefix_sharing:
+                if not supports_shared_forward(base):
+                    raise ValueError(
+                        f"training.prefix_sharing needs a MiniMind / Qwen3-layout model, got {type(base).__name__}; "
+                        "set training.prefix_sharing: false"
+                    )
+                install_shared_forward(base)
 
     # ------------------------------------------------------------------ rollout
 
@@ -193,6 +249,9 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         previous = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
         if self._buffered_inputs is not previous:  # a rollout was just generated, shuffled and split
+            if self.args.prefix_sharing and len(self._buffered_inputs) > 1:
+                self._buffered_inputs = _regroup_by_prompt(self._buffered_inputs)
+                inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
             self._freeze_old_logps(self._buffered_inputs)
         return inputs
 
@@ -214,13 +273,15 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
 
     def _policy_forward(self, model, inputs, keep_topk: bool = False):
         """The one forward both passes use: (logps [B,C], entropies [B,C], aux, router topk or counts)."""
+        if self.args.prefix_sharing:
+            return self._shared_policy_forward(model, inputs, keep_topk)
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)  # [B, P+C]
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)  # [B, P+C]
         logits_to_keep = inputs["completion_ids"].size(1)
         recorder = self.router_recorder
         capture = recorder.capture() if recorder is not None else contextlib.nullcontext(None)
         with capture as router_logits:
-            logps, entropies, aux = self._get_per_token_logps_and_entropies(
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
                 attention_mask,
@@ -235,10 +296,56 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 router = recorder.topk(router_logits, batch, length)
             else:
                 mask = self._action_mask(inputs).bool()  # [B, C]
-                positions = torch.zeros_like(attention_mask, dtype=torch.bool)  # [B, P+C]
-                positions[:, length - logits_to_keep - 1 : length - 1] = mask  # hidden state scoring token t
+                positions = torch.zeros_like(attention_mask, dtype=torch.float64)  # [B, P+C]
+                positions[:, length - logits_to_keep - 1 : length - 1] = mask.double()  # hidden state scoring token t
                 router = recorder.counts(router_logits, attention_mask, positions, inputs.get("old_router_topk"))
         return logps, entropies, aux, router
+
+    def _shared_policy_forward(self, model, inputs, keep_topk: bool):
+        """:meth:`_policy_forward` through the prefix-shared pass; router statistics weighted per row."""
+        layout = build_layout(inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
+                              inputs["completion_mask"])
+        recorder = self.router_recorder
+        capture = recorder.capture() if recorder is not None else contextlib.nullcontext(None)
+        with capture as router_logits:
+            out = self._shared_pass(model, layout, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled)
+        router = None
+        if router_logits:
+            if keep_topk:
+                router = recorder.topk(router_logits, 1, layout.num_tokens)
+            else:
+                actions = layout.action_weights(self._action_mask(inputs))[None]  # [1, N]
+                router = recorder.counts(router_logits, layout.weights[None], actions, inputs.get("old_router_topk"))
+        return out.log_probs, out.entropy, out.aux_loss, router
+
+    def _shared_pass(self, model, layout, compute_entropy: bool, compute_aux_loss: bool):
+        with self.accelerator.autocast():
+            return model(prefix_layout=layout, temperature=self.temperature, compute_entropy=compute_entropy,
+                         compute_aux_loss=compute_aux_loss, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        """TRL's log-prob function (reference pass, TRL's own callers) on the prefix-shared pass,
+        chunked into ``batch_size`` rows as TRL does; multimodal inputs take TRL's path."""
+        if not self.args.prefix_sharing or any(value is not None for value in multimodal.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal,
+            )
+        split = input_ids.size(1) - logits_to_keep
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies, auxes = [], [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            rows = slice(start, start + batch_size)
+            layout = build_layout(input_ids[rows, :split], attention_mask[rows, :split],
+                                  input_ids[rows, split:], attention_mask[rows, split:])
+            out = self._shared_pass(model, layout, compute_entropy, compute_aux_loss)
+            logps.append(out.log_probs)
+            entropies.append(out.entropy)
+            auxes.append(out.aux_loss)
+        entropy = torch.cat(entropies) if compute_entropy else None
+        aux = torch.stack(auxes).mean() if compute_aux_loss and auxes[0] is not None else None
+        return torch.cat(logps), entropy, aux
 
     @staticmethod
     def _action_mask(inputs) -> torch.Tensor:

@@ -86,35 +86,40 @@ class RouterRecorder:
     def counts(
         self,
         logits: list[torch.Tensor],
-        attention_mask: torch.Tensor,
-        action_positions: torch.Tensor,
+        token_weights: torch.Tensor,
+        action_weights: torch.Tensor,
         old_topk: torch.Tensor | None,
     ) -> dict[str, torch.Tensor]:
         """Summable per-layer counts (0-d tensors) for one forward pass (see :func:`finalize_counts`).
 
-        Args: logits per layer ``[B*L, E]``; attention_mask ``[B, L]``; action_positions ``[B, L]``
-        bool (positions scoring an action token); old_topk ``[layers, B, L, k]`` or None.
+        Args: logits per layer ``[B*L, E]``; token_weights ``[B, L]``: how many times each position
+        counts (the attention mask; a prefix-shared pass counts a shared token once per row that
+        contains it); action_weights ``[B, L]``: how many action tokens each position's hidden state
+        scores; old_topk ``[layers, B, L, k]`` or None.
         """
-        batch, length = attention_mask.shape
-        attended = attention_mask.bool().reshape(-1)  # [B*L]
+        batch, length = token_weights.shape
+        weights = token_weights.reshape(-1).double()  # [B*L]
+        attended = weights > 0
+        weights = weights[attended]  # [N]
         new_topk = self.topk(logits, batch, length) if old_topk is not None else None
         out: dict[str, torch.Tensor] = {}
         for layer, layer_logits in enumerate(logits):
             probs = layer_logits[attended].softmax(dim=-1)  # [N, E]
             chosen = probs.topk(self.top_k, dim=-1).indices  # [N, k]
-            assign = torch.bincount(chosen.reshape(-1), minlength=self.num_experts).double()  # [E]
-            prob_sum = probs.double().sum(dim=0)  # [E]
+            slot_weights = weights.repeat_interleave(self.top_k)  # [N*k]
+            assign = torch.bincount(chosen.reshape(-1), weights=slot_weights, minlength=self.num_experts)  # [E]
+            prob_sum = (probs.double() * weights[:, None]).sum(dim=0)  # [E]
             entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)  # [N]
             prefix = f"moe.{layer}."
-            out[prefix + "tokens"] = torch.tensor(float(probs.shape[0]), dtype=torch.float64)
-            out[prefix + "entropy_sum"] = entropy.double().sum()
+            out[prefix + "tokens"] = weights.sum()
+            out[prefix + "entropy_sum"] = (entropy.double() * weights).sum()
             for e in range(self.num_experts):
                 out[f"{prefix}assign.{e}"] = assign[e]
                 out[f"{prefix}prob_sum.{e}"] = prob_sum[e]
             if new_topk is not None:
                 differs = (new_topk[layer] != old_topk[layer].to(new_topk.device)).any(dim=-1)  # [B, L]
-                out[prefix + "flips"] = (differs & action_positions).sum().double()
-                out[prefix + "flip_tokens"] = action_positions.sum().double()
+                out[prefix + "flips"] = (differs.double() * action_weights.double()).sum()
+                out[prefix + "flip_tokens"] = action_weights.double().sum()
         return out
 
 

@@ -1,0 +1,175 @@
+"""Prefix-shared policy pass against the plain pass (TRL's fused LM head over [prompt | completion])."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from trl.trainer.utils import add_fused_lm_head
+
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset, router_aux_loss
+from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward
+
+
+def make_model(moe: bool = False, attn: str = "sdpa", seed: int = 0) -> MiniMindForCausalLM:
+    torch.manual_seed(seed)
+    config = get_preset("tiny-moe" if moe else "tiny")
+    config._attn_implementation = attn
+    model = MiniMindForCausalLM(config)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    install_shared_forward(model)
+    return model.train()
+
+
+def make_batch(seed: int = 0, vocab: int = 6400):
+    """Two groups of 3 and one of 2 rows. The prompts share a 9-token preamble and have lengths
+    14, 11, 9 (the last equals the preamble); completions have lengths 1-7, left/right pads."""
+    g = torch.Generator().manual_seed(seed)
+    preamble = torch.randint(21, vocab, (9,), generator=g).tolist()
+    prompts = [preamble + torch.randint(21, vocab, (n,), generator=g).tolist() for n in (5, 2, 0)]
+    groups, lengths = [0, 0, 0, 1, 1, 1, 2, 2], [7, 3, 5, 1, 6, 6, 4, 2]
+    width_p, width_c = 14, 8
+    prompt_ids = torch.zeros(len(groups), width_p, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    completion_ids = torch.zeros(len(groups), width_c, dtype=torch.long)
+    completion_mask = torch.zeros_like(completion_ids)
+    for row, (u, n) in enumerate(zip(groups, lengths)):
+        p = prompts[u]
+        prompt_ids[row, width_p - len(p):] = torch.tensor(p)
+        prompt_mask[row, width_p - len(p):] = 1
+        completion_ids[row, :n] = torch.randint(21, vocab, (n,), generator=g)
+        completion_mask[row, :n] = 1
+    order = torch.randperm(len(groups), generator=g)  # groups scattered, as after TRL's shuffle
+    return prompt_ids[order], prompt_mask[order], completion_ids[order], completion_mask[order]
+
+
+def plain_pass(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
+    """TRL's way (GRPOTrainer._get_per_token_logps_and_entropies): one padded row per trajectory."""
+    ids = torch.cat([prompt_ids, completion_ids], 1)
+    mask = torch.cat([prompt_mask, completion_mask], 1)
+    keep = completion_ids.size(1)
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    router: list = []
+    hook = None
+    if model.config.use_moe:
+        hook = model.model.register_forward_hook(lambda m, a, out: router.append(out.router_logits))
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True,
+                output_router_logits=model.config.use_moe)
+    if hook is not None:
+        hook.remove()
+    aux = None
+    if router:
+        aux = router_aux_loss(router[0], model.config.num_experts, model.config.num_experts_per_tok, mask)
+    return out.log_probs[:, -keep:], out.entropy[:, -keep:], aux
+
+
+def shared_pass(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
+    layout = build_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
+    out = model(prefix_layout=layout, compute_aux_loss=model.config.use_moe)
+    return out.log_probs, out.entropy, out.aux_loss
+
+
+def test_layout_packs_each_distinct_token_once():
+    prompt_ids, prompt_mask, completion_ids, completion_mask = make_batch()
+    layout = build_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
+    # 9 preamble tokens + suffixes 5 + 2 + 0, then 34 completion tokens; no pad
+    assert layout.num_tokens == 9 + 7 + int(completion_mask.sum()) == 50
+    assert layout.num_distinct_prompts == 3
+    # multiplicity: the preamble is in all 8 rows, suffix 1 in 3 rows, completions in one each
+    assert layout.weights[:9].tolist() == [8.0] * 9
+    assert sorted(layout.weights[9:16].tolist()) == [3.0] * 7
+    assert float(layout.weights.sum()) == float(prompt_mask.sum() + completion_mask.sum())
+    # positions restart at 0 for every row's first real token
+    assert layout.position_ids[:9].tolist() == list(range(9))
+    # every packed token is the query of exactly one block
+    assert sorted(layout.query_order.tolist()) == list(range(50))
+
+
+def test_layout_without_common_prefix_sharing():
+    prompt_ids, prompt_mask, completion_ids, completion_mask = make_batch()
+    layout = build_layout(prompt_ids, prompt_mask, completion_ids, completion_mask, share_common_prefix=False)
+    assert layout.num_tokens == 14 + 11 + 9 + int(completion_mask.sum())
+
+
+def test_layout_rejects_interior_pads():
+    prompt_ids, prompt_mask, completion_ids, completion_mask = make_batch()
+    completion_mask[0, 0] = 0
+    completion_mask[0, 1] = 1
+    with pytest.raises(ValueError, match="right-padded 0/1 completion masks"):
+        build_layout(prompt_ids, prompt_mask, completion_ids, completion_mask)
+
+
+def _loss(logps, entropies, aux, mask, weights):
+    loss = (logps * weights * mask).sum() + 0.1 * (entropies * mask).sum()
+    return loss + aux if aux is not None else loss
+
+
+@pytest.mark.parametrize(
+    "moe,attn,checkpointing",
+    [(False, "sdpa", False), (False, "eager", False), (False, "sdpa", True), (True, "sdpa", False),
+     (True, "eager", True)],
+    ids=["dense-sdpa", "dense-eager", "dense-checkpointing", "moe-sdpa", "moe-eager-checkpointing"],
+)
+def test_shared_pass_equals_plain_pass_values_and_gradients(moe, attn, checkpointing):
+    batch = make_batch()
+    mask = batch[3].bool()
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3))
+    results = {}
+    for name, fn in (("plain", plain_pass), ("shared", shared_pass)):
+        model = make_model(moe, attn)
+        if checkpointing:
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        logps, entropies, aux = fn(model, *batch)
+        _loss(logps, entropies, aux, mask, weights).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[name] = (logps.detach(), entropies.detach(), aux, grads)
+    (lp, ep, ap, gp), (ls, es, as_, gs) = results["plain"], results["shared"]
+    torch.testing.assert_close(ls, lp * mask, rtol=0, atol=1e-5)
+    torch.testing.assert_close(es, ep * mask, rtol=0, atol=1e-5)
+    assert (ls[~mask] == 0).all() and (es[~mask] == 0).all()
+    if moe:
+        torch.testing.assert_close(as_.detach(), ap.detach(), rtol=1e-5, atol=1e-6)
+    assert gs.keys() == gp.keys() and len(gs) > 0
+    for key in gp:
+        scale = gp[key].abs().max().clamp(min=1e-3)
+        assert (gs[key] - gp[key]).abs().max() / scale < 1e-5, key
+
+
+def test_shared_pass_under_bf16_autocast_is_close_and_repeatable():
+    batch = make_batch()
+    mask = batch[3].bool()
+    model = make_model()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        first = shared_pass(model, *batch)[0]
+        again = shared_pass(model, *batch)[0]
+        plain = plain_pass(model, *batch)[0]
+    assert torch.equal(first, again)  # replay and update 0 see identical numbers: ratio exactly 1
+    assert (first - plain)[mask].abs().max() < 0.1
+
+
+def test_replay_and_update_zero_agree_exactly():
+    """Same layout, same weights: the frozen old log-probs equal the update's (ratio exactly 1)."""
+    model = make_model(moe=True)
+    batch = make_batch()
+    with torch.no_grad():
+        old = shared_pass(model, *batch)[0]
+    new = shared_pass(model, *batch)[0]
+    assert torch.equal(old, new.detach())
+
+
+def test_a_batch_with_nothing_to_score_gives_zeros_connected_to_the_graph():
+    prompt_ids, prompt_mask, completion_ids, completion_mask = make_batch()
+    completion_mask.zero_()
+    model = make_model()
+    logps, _, _ = shared_pass(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    assert (logps == 0).all()
+    logps.sum().backward()  # no error: the all-masked micro-batch still backpropagates (zeros)
+
+
+def test_plain_calls_go_through_unchanged():
+    model = make_model()
+    reference = copy.deepcopy(model)
+    ids = torch.randint(21, 6400, (2, 6))
+    torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=0, atol=0)
