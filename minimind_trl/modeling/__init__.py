@@ -2,7 +2,8 @@
 
 Importing this package registers `MiniMindConfig` (model_type "minimind") with `AutoConfig` and
 `MiniMindForCausalLM` / `MiniMindModel` with `AutoModelForCausalLM` / `AutoModel`, so folders written
-by `save_pretrained` load with the standard `from_pretrained`.
+by `save_pretrained` load with the standard `from_pretrained`. It also registers PEFT's default
+LoRA targets for "minimind" (`peft_targets`).
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
@@ -11,13 +12,17 @@ from .configuration_minimind import MiniMindConfig
 from .hub import qwen3_config, save_for_hub
 from .modeling_minimind import MiniMindForCausalLM, MiniMindModel, MiniMindPreTrainedModel, router_aux_loss
 from .native import load_native_checkpoint, native_key_shapes, save_native_checkpoint
+from .peft_targets import LORA_TARGET_MODULES, MOE_EXPERT_PARAMETERS, lora_targets, register_peft_defaults
 from .presets import PRESETS, count_parameters, get_preset
 
 AutoConfig.register(MiniMindConfig.model_type, MiniMindConfig, exist_ok=True)
 AutoModel.register(MiniMindConfig, MiniMindModel, exist_ok=True)
 AutoModelForCausalLM.register(MiniMindConfig, MiniMindForCausalLM, exist_ok=True)
+register_peft_defaults()
 
 __all__ = [
+    "LORA_TARGET_MODULES",
+    "MOE_EXPERT_PARAMETERS",
     "PRESETS",
     "MiniMindConfig",
     "MiniMindForCausalLM",
@@ -26,8 +31,10 @@ __all__ = [
     "count_parameters",
     "get_preset",
     "load_native_checkpoint",
+    "lora_targets",
     "native_key_shapes",
     "qwen3_config",
+    "register_peft_defaults",
     "router_aux_loss",
     "save_for_hub",
     "save_native_checkpoint",
