@@ -63,7 +63,9 @@ def test_number_spam_matches_nothing():
     spam = " ".join(str(i) for i in range(1, 40))
     result = verify(spam, [7])
     assert result.too_many_numbers and result.gt_hits == [False] and not result.success
-    assert verify(spam, [7], max_numbers=100).success
+    assert not verify(spam, [7], max_numbers=100).success  # under the bound, still a hedging list
+    prose = " ".join(f"Box {i} holds {i} apples." for i in range(1, 20))  # 38 numbers, no list
+    assert not verify(prose, [7]).success and verify(prose, [7], max_numbers=100).success
 
 
 def test_empty_gt_is_never_success():
@@ -116,3 +118,94 @@ def test_final_answer_ignores_numbers_in_reasoning_and_observations():
     answer = final_answer_text(RENDERED)
     assert verify(answer, [36]).success
     assert not verify(answer, [9]).success and not verify(answer, [12]).success
+
+
+# --------------------------------------------------------------------------------------------
+# Hedges, negations, whole-word text GTs, zero, LaTeX (issues 17.6 and 16.7)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", [
+    "40 41 42 43", "42 or 43", "It is 42 or 43.", "42, or maybe 43", "Either 42 or 43.", "42 或 43",
+    "答案是42还是43", "Maybe 40, maybe 42", " ".join(str(i) for i in range(31, 55)),  # 24 numbers
+    "40, 41, 42 and 43", "40 41 42 43. The answer is 42.",
+])
+def test_hedges_get_no_credit(answer):
+    assert not hit(answer, 42)
+
+
+@pytest.mark.parametrize("answer", ["not 42", "It is not 42; it is 43.", "The answer isn't 42.",
+                                    "It is not equal to 42.", "It cannot be 42.", "x ≠ 42", "答案不是42。",
+                                    "The result is 42? No: 43 rather than 42."])
+def test_negated_values_get_no_credit(answer):
+    assert not hit(answer, 42)
+
+
+@pytest.mark.parametrize("answer, gt", [
+    ("The answer is 42, not 43.", [42]), ("42 (not 43)", [42]), ("42 or 42.0", [42]),
+    ("25% or 0.25", [0.25]), ("Results: 59 and 20.5.", [59, "20.5"]), ("42 42 42", [42]),
+    ("12 + 30 = 42; 42 * 2 = 84. The final answer is 84.", [42, 84]),
+    ("Not sure, but it is 42.", [42]),
+])
+def test_ordinary_answers_keep_their_credit(answer, gt):
+    assert verify(answer, gt).success
+
+
+def test_one_wrong_value_in_a_plain_list_keeps_the_other_credit():
+    # the bound: one value matching no GT in a plain (not "or") list is not a hedge
+    assert verify("59 and 21", [59, "20.5"]).gt_hits == [True, False]
+    assert verify("59 or 21", [59, "20.5"]).gt_hits == [False, False]
+    assert verify("59, 21 and 22", [59, "20.5"]).gt_hits == [False, False]
+
+
+@pytest.mark.parametrize("answer, gt, expected", [
+    ("hello worldwide", "Hello World", False), ("Hello World!", "Hello World", True),
+    ("(hello   world)", "Hello World", True), ("sayhello world", "Hello World", False),
+    ("Catalog", "cat", False), ("a cat.", "cat", True), ("答案是北京。", "北京", True),
+    ("It is not Paris.", "Paris", False),
+])
+def test_text_gt_matches_whole_words(answer, gt, expected):
+    assert hit(answer, gt) is expected
+
+
+@pytest.mark.parametrize("answer, gt, expected", [
+    ("1e-30", 0.0, False), ("1e-30", 0, False), ("2e-12", 1e-12, False), ("0", 0.0, True),
+    ("0.0", 0, True), ("-0", 0.0, True), ("0/5", 0, True), ("1e-12", 1e-12, True),
+])
+def test_zero_and_tiny_values_are_not_met_by_accident(answer, gt, expected):
+    assert hit(answer, gt) is expected
+
+
+@pytest.mark.parametrize("text, numbers", [
+    ("The answer is 3/4.", [0.75]), ("3/4, then 1/2.", [0.75, 0.5]), (r"\frac{3}{4}", [0.75]),
+    (r"\dfrac{1.5}{2}", [0.75]), (r"$-\tfrac{3}{4}$", [-0.75]), (r"x\frac{3}{4}", [0.75]),
+    (r"\frac{x+1}{2}", []), (r"\frac{3}{4.5}", []), (r"\sqrt{16}", [4]), (r"\sqrt[3]{27}", [3]),
+    (r"\sqrt{2}", [2 ** 0.5]), (r"2\sqrt{2}", [2 * 2 ** 0.5]), (r"\sqrt{-4}", []),
+    (r"\frac{\sqrt{2}}{2}", [2 ** 0.5 / 2]), (r"\boxed{42}", [42]), (r"is \boxed{\frac{3}{4}}.", [0.75]),
+    (r"\boxed{1,000}", [1000]), (r"25\%", [25]), (r"1.5 \times 10^{3}", [1500]),
+])
+def test_extract_numbers_fractions_and_latex(text, numbers):
+    assert extract_numbers(text) == pytest.approx(numbers)
+
+
+@pytest.mark.parametrize("answer, gt, expected", [
+    ("The answer is 3/4.", 0.75, True), ("The answer is 3/4.", 3, False), (r"\frac{3}{4}", 0.75, True),
+    (r"\frac{3}{4}", 3, False), (r"\frac{3}{4}", 4, False), (r"\dfrac{2}{3}", "0.6667", True),
+    (r"\sqrt{16}", 4, True), (r"\sqrt{16}", 16, False), (r"\sqrt{2}", "1.414", True),
+    (r"\sqrt{2}", 2, False), (r"The answer is $\boxed{42}$.", 42, True), (r"\boxed{\frac{1}{4}}", "25%", True),
+    (r"\frac{x+1}{2}", 2, False), (r"\frac{x+1}{2}", 1, False), (r"\boxed{420}", 42, False),
+])
+def test_latex_answers(answer, gt, expected):
+    assert hit(answer, gt) is expected
+
+
+@pytest.mark.parametrize("text, answer", [
+    # after a tool turn the generation prompt closes an empty think block; the model then opens
+    # one it never closes: no answer (training's parsed content reads the same, see test_rewards)
+    ('<tool_response>\n{"result": "42"}\n</tool_response><|im_end|>\n<|im_start|>assistant\n'
+     "<think>\n\n</think>\n\n<think>\nso 42", ""),
+    ("<think>\n\n</think>\n\nThe answer is 42.", "The answer is 42."),
+    ("<think>\nsteps 7\n</think>\n\n42 <think> again 9", "42"),
+])
+def test_one_think_stripping_rule(text, answer):
+    assert final_answer_text(text) == answer

@@ -13,8 +13,16 @@ NFKC folds full-width digits and punctuation (``１０００`` → ``1000``, ``�
   ``1.5×10³``; a power ``a^b`` with an integer |b| ≤ 100 reads as its value (``10³`` =
   ``10^3`` = 1000, ``2^10`` = 1024, ``1.5^2`` = 2.25; beyond that, or for ``0^-1``, the base
   alone is read);
-* fractions ``a/b`` with an integer ``b`` (no spaces; not part of a date-like ``a/b/c``),
-  valued a ÷ b; ``a/0`` is not read at all;
+* fractions ``a/b`` with an integer ``b`` (no spaces; not part of a date-like ``a/b/c`` or a
+  decimal denominator ``a/b.c``; a sentence-final period is fine: ``3/4.`` is 0.75), valued
+  a ÷ b; ``a/0`` is not read at all;
+* LaTeX: ``\\boxed{…}`` / ``\\fbox{…}`` read their content; ``\\frac{a}{b}``, ``\\dfrac``,
+  ``\\tfrac`` read as the fraction a/b when a is a number and b an integer; ``\\sqrt{x}``,
+  ``\\sqrt[n]{x}`` (n ≤ 10, x ≥ 0, optionally with a number before it as coefficient:
+  ``2\\sqrt{2}``) read as the root (exact for perfect powers, else written to 20 significant
+  digits, which the verifier's rounding rule meets with any shorter rounding); a ``\\frac`` / ``\\sqrt`` with any other content reads as no number at all (its
+  digits are never read one by one). ``\\%`` is ``%``, ``\\times`` / ``\\cdot`` are ``×``,
+  ``^{n}`` is ``^(n)``;
 * percentages ``25%``: the mention's value is 25 and it is flagged ``percent``; the verifier
   also lets it stand for 0.25 (see `minimind_trl.rewards.verifier`);
 * Chinese multipliers directly after a number: ``2.5万`` = 25000, ``3亿`` = 3e8,
@@ -29,8 +37,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
-from decimal import Decimal
+from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
 
 from minimind_trl.envs.safe_math import superscripts_to_power
 
@@ -40,7 +48,7 @@ _NUMBER = re.compile(
     (?P<sign>[-+])?
     (?P<core>{_CORE})
     (?:
-        /(?P<den>\d+)(?![\d/.])
+        /(?P<den>\d+)(?![\d/]|\.\d)
       | (?P<exp>[eE][-+]?\d+)
       | \s*[×xX*]\s*10\s*(?:\^|\*\*)\s*\(?(?P<pow>[-+]?\d+)\)?
       | \^\(?(?P<caret>[-+]?\d{{1,3}})\)?(?![\d.])
@@ -60,7 +68,8 @@ class NumberMention:
     ``value`` is exact (a `Decimal`) unless the mention is a fraction (then ``exact`` is False
     and the value is the quotient to 28 digits). ``decimals`` is the number of decimal places
     the mention was written with (``3.14`` → 2, ``1.5e-3`` → 4, ``1000`` → 0), None for a
-    fraction (unlimited precision).
+    fraction (unlimited precision). ``span`` is where it stands in `normalize_number_text` of
+    the text it was found in.
     """
 
     text: str
@@ -68,12 +77,75 @@ class NumberMention:
     decimals: int | None
     percent: bool = False
     exact: bool = True
+    span: tuple[int, int] = field(default=(-1, -1), compare=False)
+
+
+_LATEX_SIMPLE = ((re.compile(r"\\%"), "%"), (re.compile(r"\\(?:times|cdot)(?![A-Za-z])"), "×"),
+                 (re.compile(r"\^\{\s*([-+]?\d+)\s*\}"), r"^(\1)"))
+_LATEX_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ARG = r"\{((?:[^{}]|\{[^{}]*\})*)\}"  # one brace group, one level of nesting inside
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*" + _ARG + r"\s*" + _ARG)
+_LATEX_SQRT = re.compile(r"(?<![\d.])(?P<coef>\d+(?:\.\d+)?)?\s*\\sqrt\s*(?:\[\s*(?P<n>\d+)\s*\])?\s*" + _ARG)
+_PLAIN = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
+MAX_ROOT = 10
+
+
+def _unbox(text: str) -> str:
+    """``\\boxed{X}`` → `` X `` (the matching brace found by counting)."""
+    while (match := _LATEX_BOX.search(text)) is not None:
+        depth, end = 1, match.end()
+        while end < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        inner = text[match.end():end - 1] if depth == 0 else text[match.end():]
+        text = f"{text[:match.start()]} {inner} {text[end:]}"
+    return text
+
+
+def _frac(match: re.Match) -> str | None:
+    a, b = match.group(1).strip(), match.group(2).strip()
+    return f"{a}/{b}" if _PLAIN.fullmatch(a) and b.isdigit() else None
+
+
+def _sqrt(match: re.Match) -> str | None:
+    x, n = match.group(3).strip(), int(match.group("n") or 2)
+    if not (_PLAIN.fullmatch(x) and not x.startswith("-") and 2 <= n <= MAX_ROOT):
+        return None
+    with localcontext() as ctx:
+        ctx.prec = 40
+        radicand = Decimal(x)
+        root = radicand.sqrt() if n == 2 else (radicand.ln() / n).exp() if radicand else Decimal(0)
+        nearest = root.to_integral_value()
+        exact = nearest**n == radicand
+        value = (nearest if exact else root) * Decimal(match.group("coef") or 1)
+        if not exact and value:
+            value = value.quantize(Decimal(1).scaleb(value.adjusted() - 19))
+    return format(value.normalize() if exact else value, "f")
+
+
+def _rewrite(pattern: re.Pattern, convert, text: str) -> str:
+    """Replace each match by ``convert(match)`` (None: a blank), kept apart from its neighbours."""
+    def replace(match: re.Match) -> str:
+        value = convert(match)
+        if value is None:
+            return " "
+        glued = match.start() and (text[match.start() - 1].isalnum() or text[match.start() - 1] in "./^_")
+        return (" " if glued else "") + value + " "
+
+    return pattern.sub(replace, text)
 
 
 def normalize_number_text(text: str) -> str:
-    """Superscripts → ``^``, NFKC, Unicode minus / en dash → ``-``."""
+    """Superscripts → ``^``, NFKC, Unicode minus / en dash → ``-``, LaTeX boxes, fractions and
+    roots rewritten as plain numbers (see the module docstring)."""
     text = unicodedata.normalize("NFKC", superscripts_to_power(text, power="^"))
-    return text.replace("−", "-").replace("–", "-")
+    text = text.replace("−", "-").replace("–", "-")
+    if "\\" not in text:
+        return text
+    for pattern, replacement in _LATEX_SIMPLE:
+        text = pattern.sub(replacement, text)
+    text = _rewrite(_LATEX_SQRT, _sqrt, _unbox(text))
+    return _rewrite(_LATEX_FRAC, _frac, text)
 
 
 def _decimals(value: Decimal) -> int:
@@ -89,7 +161,7 @@ def _mention(match: re.Match) -> NumberMention | None:
             if denominator == 0:
                 return None
             return NumberMention(match.group(), sign * core / denominator, None,
-                                 bool(match.group("pct")), exact=False)
+                                 bool(match.group("pct")), exact=False, span=match.span())
         if match.group("exp"):
             core = Decimal(match.group("core").replace(",", "") + match.group("exp"))
         elif match.group("pow") is not None:
@@ -105,13 +177,14 @@ def _mention(match: re.Match) -> NumberMention | None:
         return None
     if not value.is_finite():
         return None
-    return NumberMention(match.group(), value, _decimals(value), bool(match.group("pct")))
+    return NumberMention(match.group(), value, _decimals(value), bool(match.group("pct")), span=match.span())
 
 
-def find_numbers(text: str, limit: int = 10_000) -> list[NumberMention]:
-    """All number mentions in ``text`` (at most ``limit``), in order."""
+def find_numbers(text: str, limit: int = 10_000, normalized: bool = False) -> list[NumberMention]:
+    """All number mentions in ``text`` (at most ``limit``), in order; ``normalized``: ``text``
+    already is `normalize_number_text`'s output (spans refer to that text either way)."""
     mentions = []
-    for match in _NUMBER.finditer(normalize_number_text(text or "")):
+    for match in _NUMBER.finditer(text or "" if normalized else normalize_number_text(text or "")):
         mention = _mention(match)
         if mention is not None:
             mentions.append(mention)

@@ -28,6 +28,10 @@ from minimind_trl.rewards.verifier import (
 )
 
 _RESPONSE_BLOCK = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
+# A tool turn opens after a model turn's end: "<|im_end|>\n<|im_start|>user\n" with special
+# tokens kept (a model cannot write <|im_end|> inside its turn), or a bare "user" line when they
+# were skipped in decoding.
+_TOOL_TURN_OPEN = re.compile(r"(?:<\|im_end\|>\s*<\|im_start\|>user|(?<![\w|>])user)[ \t]*\n?\s*\Z")
 _TURN_NOISE = re.compile(r"<\|[A-Za-z0-9_]{1,32}\|>|\b(?:user|assistant)\b|\s")
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
@@ -116,9 +120,23 @@ def _view_messages(messages: list[dict]) -> CompletionView:
     return view
 
 
+def tool_turn_observations(text: str) -> list[str]:
+    """The ``<tool_response>`` blocks of real tool turns: a block that opens a tool turn
+    (`_TOOL_TURN_OPEN` right before it) or follows such a block after only whitespace. Blocks
+    the model wrote inside its own turn (e.g. a forged ``{"result": "42"}``) are not
+    observations, so they can never make an answer ``tool_backed``."""
+    found, last_end = [], None
+    for match in _RESPONSE_BLOCK.finditer(text):
+        follows_real = last_end is not None and not text[last_end:match.start()].strip()
+        if follows_real or _TOOL_TURN_OPEN.search(text[max(0, match.start() - 64):match.start()]):
+            found.append(match.group(1).strip())
+            last_end = match.end()
+    return found
+
+
 def _view_text(text: str) -> CompletionView:
     view = CompletionView(final_answer=final_answer_text(text))
-    view.observations = [m.group(1).strip() for m in _RESPONSE_BLOCK.finditer(text)]
+    view.observations = tool_turn_observations(text)
     segments = _RESPONSE_BLOCK.split(text)[0::2]  # the text between observation blocks
     for index, segment in enumerate(segments):
         turn = _SPECIAL_TOKEN.sub("", _ROLE_HEADER.sub("", segment))
