@@ -56,6 +56,8 @@ for preset in $PRESETS; do
     --rollout-json "$out/rollout_$preset.json" --output "$out/mfu_$preset.json" "${quick[@]}" "${extra[@]}"
 done
 
+run policy_pass "$PYTHON" benchmarks/policy_pass.py --output "$out/policy_pass.json" "${quick[@]}" "${extra[@]}"
+
 sb_extra=()  # the step breakdown has no --dtype: the recipe sets it
 skip=0
 for arg in "${extra[@]}"; do

@@ -1,6 +1,6 @@
 """Each benchmark script runs with ``--quick`` and writes valid JSON (not a measurement).
 
-The four scripts run in one child process (one import of torch/transformers/TRL, and the
+The scripts run in one child process (one import of torch/transformers/TRL, and the
 benchmarks' thread settings stay out of the test process).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-SCRIPTS = ("rollout", "update", "mfu", "step_breakdown")
+SCRIPTS = ("rollout", "update", "mfu", "step_breakdown", "policy_pass")
 
 DRIVER = """
 import contextlib, io, sys
@@ -57,3 +57,7 @@ def test_benchmarks_quick_write_json(tmp_path):
     breakdown = results["step_breakdown"]
     assert breakdown["steps"] and not breakdown["missing_timing_fields"]
     assert all(step["measured"] > 0 for step in breakdown["steps"])
+
+    policy_pass = results["policy_pass"]["results"]
+    assert policy_pass and all(r["plain"]["update_s"] > 0 and r["shared"]["update_s"] > 0 for r in policy_pass)
+    assert all(r["max_abs_logp_difference"] < 1e-4 for r in policy_pass)  # the two passes agree

@@ -115,6 +115,7 @@ def test_manifest_records_the_run(tmp_path, split_dir):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["recipe"]["objective"]["preset"] == "cispo" and manifest["recipe"]["rewards"][1]["weight"] == 2
     assert manifest["objective"]["policy"] == "cispo" and manifest["training_args"]["reward_weights"] == [1.0, 2.0]
+    assert manifest["training_args"]["prefix_sharing"] is True  # the default policy pass is recorded
     assert manifest["data"]["verified"] and len(manifest["data"]["file_sha256"]) == 64
     assert manifest["seed"] == 7 and manifest["world_size"] == 1
     assert manifest["versions"]["trl"] and manifest["versions"]["torch"] and "git" in manifest
