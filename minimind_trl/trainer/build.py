@@ -9,8 +9,10 @@ in a LoRA adapter (``peft.LoraConfig``) for grpo, sft and dpo.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +20,41 @@ import torch
 from datasets import Dataset
 
 from minimind_trl.data.manifest import sha256_file, verify_manifest
-from minimind_trl.trainer.recipe import RecipeError
+from minimind_trl.trainer.recipe import RecipeError, one_line
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # what from_pretrained may look up on the Hub
+
+
+@contextlib.contextmanager
+def recipe_key(key: str):
+    """An error while building what recipe key ``key`` names becomes a one-line RecipeError naming it."""
+    try:
+        yield
+    except RecipeError:
+        raise
+    except Exception as exc:
+        raise RecipeError(f"recipe: {key}: {type(exc).__name__}: {one_line(exc)}") from exc
+
+
+def check_plugins(recipe: dict) -> None:
+    """Resolve the reward and tool plugins a GRPO recipe names (cheap: reward factories are not
+    called), so that a typo fails before any model is built."""
+    from minimind_trl.plugins import load_object, reward_function_names
+
+    if recipe["kind"] != "grpo":
+        return
+    for i, spec in enumerate(recipe["rewards"]):
+        name = spec["name"]
+        if name in reward_function_names():
+            continue
+        if not isinstance(name, str) or (":" not in name and not name.endswith(".py")):
+            raise RecipeError(f"recipe: rewards.{i}.name: unknown reward function {name!r} "
+                              f"(registered: {', '.join(reward_function_names())}; or a 'path/file.py:function' spec)")
+        with recipe_key(f"rewards.{i}.name"):
+            load_object(name)
+    with recipe_key("rollout.tools"):
+        build_registry(recipe["rollout"])
 
 
 def world_size() -> int:
@@ -42,7 +76,11 @@ def build_model(spec: dict):
 
     dtype = _DTYPES[spec["dtype"]]
     if spec["path"] is not None:
+        if not Path(spec["path"]).is_dir() and not _REPO_ID.fullmatch(spec["path"]):
+            raise RecipeError(f"recipe: model.path: no such folder {spec['path']}")
         return AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype)
+    if spec["native"] is not None and not Path(spec["native"]).is_file():
+        raise RecipeError(f"recipe: model.native: no such file {spec['native']}")
     config = get_preset(spec["preset"], **spec["config"])
     if spec["native"] is not None:
         return load_native_checkpoint(spec["native"], config, dtype=dtype).train()
@@ -137,6 +175,13 @@ def grpo_config(recipe: dict, run_dir: str, processes: int):
                 f"{prompts} x group_size={group} over {slots} slots needs {rows // slots}"
             )
         training["per_device_train_batch_size"] = rows // slots
+    else:
+        rows = training.get("per_device_train_batch_size", 8) * processes * accumulation  # 8: TRL's default
+        if rows % group:
+            raise RecipeError(
+                f"recipe: rollout.group_size={group} does not divide the rollout: per_device_train_batch_size x "
+                f"{processes} process(es) x gradient_accumulation_steps = {rows} completions"
+            )
     fields = {
         "objective": objective["preset"],
         **{k: objective[k] for k in ("policy", "advantage", "reduction", "epsilon_low", "epsilon_high",
@@ -202,10 +247,15 @@ def distill_config(recipe: dict, run_dir: str):
 def training_config(recipe: dict, run_dir: str):
     """The training config; building it also sets up the distributed state (process group)."""
     kind = recipe["kind"]
-    if kind == "grpo":
-        config = grpo_config(recipe, run_dir, world_size())
-    else:
-        config = {"sft": sft_config, "dpo": dpo_config, "distill": distill_config}[kind](recipe, run_dir)
+    try:
+        if kind == "grpo":
+            config = grpo_config(recipe, run_dir, world_size())
+        else:
+            config = {"sft": sft_config, "dpo": dpo_config, "distill": distill_config}[kind](recipe, run_dir)
+    except (ValueError, TypeError) as exc:  # the config classes' own checks (TRL, transformers, ours)
+        if isinstance(exc, RecipeError):
+            raise
+        raise RecipeError(f"recipe: training: {one_line(exc)}") from None
     _ = config.world_size  # make sure accelerate's state exists before anything else uses it
     return config
 
@@ -361,7 +411,8 @@ def build_distill_trainer(recipe: dict, config, model, tokenizer, rows: list[dic
     from minimind_trl.trainer.callbacks import LogHistoryCallback
 
     distill = recipe["distill"]
-    teacher = AutoModelForCausalLM.from_pretrained(distill["teacher_path"], dtype=_DTYPES[recipe["model"]["dtype"]])
+    with recipe_key("distill.teacher_path"):
+        teacher = AutoModelForCausalLM.from_pretrained(distill["teacher_path"], dtype=_DTYPES[recipe["model"]["dtype"]])
     if teacher.config.vocab_size != model.config.vocab_size:
         raise RecipeError(f"recipe: distill.teacher_path has vocab {teacher.config.vocab_size}, "
                           f"the student {model.config.vocab_size}: they must share the vocabulary")

@@ -2,7 +2,9 @@
 
 The same entry runs under ``python -m``, ``accelerate launch`` and ``torchrun``: every process
 builds the same objects; only the main process touches the run folder's bookkeeping files.
-Exit codes: 0 completed, 2 bad recipe / run folder, 3 stopped on a non-finite value.
+Exit codes: 0 completed (``--resume`` of a completed run: nothing done), 2 bad recipe (any value,
+a file or plugin it names, an error while the trainer is built: one line naming file and key) or
+run folder, 3 stopped on a non-finite value.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
+from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256
 from minimind_trl.trainer.run import RunFolderError
 
 
@@ -51,25 +53,55 @@ def _on_main(state, func: Callable[[], Any]) -> Any:
 
 
 def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
-    """Build everything from a resolved recipe and run it in ``run_dir`` (see module docstring)."""
+    """Build everything from a resolved recipe and run it in ``run_dir`` (see module docstring).
+
+    Every build error is a :class:`RecipeError` naming the recipe key, raised before any model is
+    built where it can be (config, data, tokenizer, plugins); a new run that fails to start leaves
+    its folder empty. Resuming a completed run does nothing and says so."""
     from accelerate import PartialState
-    from transformers import set_seed
 
     from minimind_trl.trainer import build, run
 
     config = build.training_config(recipe, run_dir)  # sets up the process group first
     state = PartialState()
+    if resume:
+        done = _on_main(state, lambda: run.completed_run(run_dir, recipe_sha256(recipe)))
+        if done is not None:
+            if state.is_main_process:
+                print(f"minimind-trl train: {run_dir} is already completed (step {done.get('step')}); nothing to do")
+            return {"state": "completed", "step": done.get("step"), "already_completed": True}
     resume_from = _on_main(state, lambda: run.prepare_run_dir(run_dir, resume))
+    try:
+        trainer, manifest = _start(recipe, config, run_dir, state, command)
+        _on_main(state, lambda: run.write_manifest(run_dir, manifest, resume_from))
+    except BaseException:
+        if resume_from is None and state.is_main_process:
+            run.abort_start(run_dir)
+        raise
+    return run.run_training(trainer, run_dir, resume_from)
+
+
+def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
+    """Tokenizer, data, plugins, model, initial weights, trainer; the manifest to write."""
+    from transformers import set_seed
+
+    from minimind_trl.trainer import build, run
+
     set_seed(recipe["seed"])
-    tokenizer = build.build_tokenizer(recipe["tokenizer"])
-    model = build.build_model(recipe["model"])
-    rows, data_info = build.load_split(recipe["data"])
+    with build.recipe_key("tokenizer.path"):
+        tokenizer = build.build_tokenizer(recipe["tokenizer"])
+    with build.recipe_key("data"):
+        rows, data_info = build.load_split(recipe["data"])
+    build.check_plugins(recipe)
+    with build.recipe_key("model"):
+        model = build.build_model(recipe["model"])
     initial = Path(run_dir) / run.INITIAL_MODEL
     if state.is_main_process and not initial.is_dir():
         run.save_initial_model(model, initial)
     state.wait_for_everyone()
     model.config._name_or_path = model.name_or_path = str(initial)
-    trainer = build.build_trainer(recipe, config, model, tokenizer, rows)
+    with build.recipe_key("training"):
+        trainer = build.build_trainer(recipe, config, model, tokenizer, rows)
     manifest = {
         "kind": recipe["kind"],
         "command": command,
@@ -84,8 +116,7 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
         "seed": recipe["seed"],
         "world_size": state.num_processes,
     }
-    _on_main(state, lambda: run.write_manifest(run_dir, manifest, resume_from))
-    return run.run_training(trainer, run_dir, resume_from)
+    return trainer, manifest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,15 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = load_recipe(args.recipe, args.overrides)
     except (RecipeError, FileNotFoundError) as exc:
-        print(f"minimind-trl train: {exc}", file=sys.stderr)
+        print(f"minimind-trl train: {located(args.recipe, exc)}", file=sys.stderr)
         return 2
     from minimind_trl.trainer.grpo_trainer import NonFiniteError
 
     try:
         command = ["minimind-trl", "train", *(argv if argv is not None else sys.argv[1:])]
         train(recipe, args.output_dir, args.resume, command)
-    except (RecipeError, RunFolderError) as exc:
-        print(f"minimind-trl train: {exc}", file=sys.stderr)
+    except RecipeError as exc:
+        print(f"minimind-trl train: {located(args.recipe, exc)}", file=sys.stderr)
+        return 2
+    except RunFolderError as exc:
+        print(f"minimind-trl train: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:
         print(f"minimind-trl train: run stopped: {exc} State saved; see {args.output_dir}/status.json.",

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,62 @@ SECTIONS_BY_KIND = {
 OPTIONAL_SECTIONS_BY_KIND = {"grpo": ("peft",), "sft": ("peft",), "dpo": ("peft",), "distill": ()}
 SFT_MODES = ("sft", "pretrain")
 REWARD_KEYS = {"name": _REQUIRED, "weight": 1.0, "options": {}}
+
+
+def _int(low: int, null: bool = False):
+    return (lambda v: (null and v is None) or (type(v) is int and v >= low)), f"an int >= {low}" + " or null" * null
+
+
+def _number(low: float, high: float | None = None, above: bool = False, null: bool = False):
+    """A finite number >= low (> low with ``above``), <= high."""
+    def ok(v):
+        if null and v is None:
+            return True
+        return type(v) in (int, float) and math.isfinite(v) and (v > low if above else v >= low) \
+            and (high is None or v <= high)
+    span = f"{'>' if above else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+    return ok, f"a number {span}" + " or null" * null
+
+
+_BOOLEAN = (lambda v: type(v) is bool, "true or false")
+_NAME = (lambda v: isinstance(v, str) and bool(v), "a non-empty string")
+_NAMES = (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) and x for x in v)),
+          "a list of names or null")
+# Ranges and types of section values ("section.key" -> (test, what it must be)); the objective's
+# fields are checked by ObjectiveConfig itself, the training fields below by _check_training.
+VALUES = {
+    "data.split": _NAME, "data.max_rows": _int(1, null=True), "data.verify": _BOOLEAN,
+    "rollout.group_size": _int(2), "rollout.prompts_per_rollout": _int(1, null=True),
+    "rollout.max_tool_turns": _int(0), "rollout.thinking_ratio": _number(0, 1),
+    "rollout.max_completion_length": _int(1), "rollout.temperature": _number(0, above=True),
+    "rollout.top_p": _number(0, 1, above=True), "rollout.top_k": _int(0),
+    "rollout.tools": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), "a list of specs"),
+    "rollout.tool_names": _NAMES, "rollout.mask_truncated_completions": _BOOLEAN,
+    "sft.max_length": _int(1), "sft.mode": (lambda v: v in SFT_MODES, f"one of {SFT_MODES}"), "sft.pack": _BOOLEAN,
+    "dpo.max_length": _int(1), "dpo.beta": _number(0, above=True),
+    "distill.teacher_path": _NAME, "distill.beta": _number(0, 1), "distill.max_completion_length": _int(1),
+    "distill.temperature": _number(0, above=True), "distill.max_tool_turns": _int(0), "distill.tool_names": _NAMES,
+}
+# TrainingArguments fields that transformers does not range-check (every kind).
+TRAINING_VALUES = {
+    "per_device_train_batch_size": _int(1), "per_device_eval_batch_size": _int(1),
+    "gradient_accumulation_steps": _int(1), "num_iterations": _int(1),
+    "max_steps": (lambda v: type(v) is int and (v == -1 or v >= 1), "an int >= 1, or -1 (use num_train_epochs)"),
+    "num_train_epochs": _number(0, above=True), "learning_rate": _number(0),
+    "save_steps": _number(0, above=True), "eval_steps": _number(0, above=True, null=True),
+    "save_total_limit": _int(1, null=True),
+    **{key: (lambda v: isinstance(v, str), "a string")
+       for key in ("save_strategy", "eval_strategy", "logging_strategy", "lr_scheduler_type")},
+}
+
+
+def _check_values(recipe: dict) -> None:
+    for where, (ok, what) in VALUES.items():
+        section, key = where.split(".")
+        values = recipe.get(section) or {}
+        if key in values and not ok(values[key]):
+            raise RecipeError(f"recipe: {where} must be {what}, got {values[key]!r}")
+
 
 # training keys that a section owns, for every kind: key -> where to set it instead
 OWNED_TRAINING_KEYS = {
@@ -107,10 +164,44 @@ class RecipeError(ValueError):
     """An invalid recipe; the message names the offending key."""
 
 
+# A recipe is an untrusted file: its YAML graph may expand to at most this many nodes (aliases
+# counted at every use), so an alias bomb is refused before anything walks the expanded data.
+MAX_YAML_NODES = 10_000
+MAX_RECIPE_BYTES = 1_000_000
+_BOOL = "tag:yaml.org,2002:bool"
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that also reads ``1e-5`` as a float (YAML 1.1 needs ``1.0e-5``)."""
+    """Safe YAML (no ``!!python`` tags) for untrusted recipes: reads ``1e-5`` as a float (YAML 1.1
+    needs ``1.0e-5``), only true/false as booleans (``no`` / ``on`` stay strings, as in YAML 1.2),
+    refuses duplicate keys and graphs larger than :data:`MAX_YAML_NODES` once aliases expand."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _count_nodes(node, {}, set())
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -118,8 +209,38 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _count_nodes(node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """Nodes of the graph under ``node`` with every alias expanded; raises past the budget."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise yaml.YAMLError("a recursive alias (a node that contains itself) is not allowed in a recipe")
+    open_nodes.add(id(node))
+    children = node.value if isinstance(node.value, list) else []
+    total = 1
+    for child in children:
+        for part in (child if isinstance(child, tuple) else (child,)):
+            total += _count_nodes(part, sizes, open_nodes)
+            if total > MAX_YAML_NODES:
+                raise yaml.YAMLError(f"the YAML expands to more than {MAX_YAML_NODES} nodes (alias expansion budget)")
+    open_nodes.discard(id(node))
+    sizes[id(node)] = total
+    return total
+
+
 def _yaml(text_or_stream) -> Any:
     return yaml.load(text_or_stream, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (YAML and library errors span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def located(path: str | Path, exc: BaseException) -> str:
+    """``"PATH: key ..."``: a recipe error with the file named in place of ``recipe:``."""
+    text = one_line(exc)
+    return text if text.startswith(f"{path}: ") else f"{path}: {text.removeprefix('recipe: ')}"
 
 
 def config_class(kind: str) -> type:
@@ -148,7 +269,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         parsed = _yaml(value) if value.strip() else None
     except yaml.YAMLError as exc:
-        raise RecipeError(f"--set {key}: cannot parse value {value!r}: {exc}") from None
+        raise RecipeError(f"--set {key}: cannot parse value {value!r}: {one_line(exc)}") from None
     return parts, parsed
 
 
@@ -219,14 +340,12 @@ def validate_recipe(raw: dict) -> dict:
         if raw.get(name) is not None:
             recipe[name] = _check_keys(raw[name], SCHEMA[name], name)
     _check_model(recipe["model"])
+    _check_values(recipe)
     if kind == "grpo":
+        _check_objective(recipe["objective"])
         recipe["rewards"] = _check_rewards(raw.get("rewards"))
     elif raw.get("rewards") is not None:
         raise RecipeError("recipe: rewards is only used by kind 'grpo'")
-    if kind == "sft" and recipe["sft"]["mode"] not in SFT_MODES:
-        raise RecipeError(f"recipe: sft.mode must be one of {SFT_MODES}, got {recipe['sft']['mode']!r}")
-    if kind == "sft" and recipe["sft"]["pack"] not in (True, False):
-        raise RecipeError(f"recipe: sft.pack must be true or false, got {recipe['sft']['pack']!r}")
     if kind == "sft" and recipe["sft"]["pack"] and recipe["sft"]["mode"] != "pretrain":
         raise RecipeError("recipe: sft.pack is for sft.mode pretrain only (SFT rows keep their own loss masks)")
     if kind == "sft" and not recipe["sft"]["pack"]:
@@ -261,6 +380,37 @@ def _check_model(model: dict) -> None:
         raise RecipeError("recipe: model.config overrides apply to model.preset only")
     if model["dtype"] not in ("float32", "bfloat16", "float16"):
         raise RecipeError(f"recipe: model.dtype must be float32, bfloat16 or float16, got {model['dtype']!r}")
+    for key in ("path", "native"):
+        if model[key] is not None and (not isinstance(model[key], str) or not model[key]):
+            raise RecipeError(f"recipe: model.{key} must be a path, got {model[key]!r}")
+    if model["preset"] is None:
+        return
+    from minimind_trl.modeling import PRESETS, get_preset
+
+    if model["preset"] not in PRESETS:
+        raise RecipeError(f"recipe: model.preset: unknown preset {model['preset']!r} "
+                          f"(known: {', '.join(sorted(PRESETS))})")
+    if not isinstance(model["config"], dict):
+        raise RecipeError(f"recipe: model.config must be a mapping of config fields, got {model['config']!r}")
+    try:
+        get_preset(model["preset"], **model["config"])
+    except (ValueError, TypeError) as exc:
+        raise RecipeError(f"recipe: model.config: {one_line(exc).removeprefix('get_preset: ')}") from None
+
+
+def _check_objective(objective: dict) -> None:
+    """The objective section, checked by :class:`ObjectiveConfig` itself (preset, names, ranges)."""
+    from minimind_trl.objectives import PRESETS, ObjectiveConfig
+
+    if objective["preset"] not in PRESETS:
+        raise RecipeError(f"recipe: objective.preset must be one of {', '.join(PRESETS)}, got {objective['preset']!r}")
+    overrides = {k: v for k, v in objective.items() if k != "preset" and v is not None}
+    try:
+        ObjectiveConfig.preset(objective["preset"], **overrides)
+    except (ValueError, TypeError) as exc:
+        text = one_line(exc)  # ObjectiveConfig's messages start with the field they reject
+        raise RecipeError(f"recipe: objective.{text}" if text.split(" ")[0] in objective
+                          else f"recipe: objective: {text}") from None
 
 
 def _check_rewards(rewards: Any) -> list[dict]:
@@ -286,17 +436,40 @@ def _check_training(training: dict, kind: str) -> dict:
             raise RecipeError(f"recipe: training.{key} is set elsewhere: use {owned[key]}")
         if key not in fields:
             raise RecipeError(f"recipe: unknown key training.{key} (not a field of the {kind} training config)")
+        ok, what = TRAINING_VALUES.get(key, (None, None))
+        if ok is not None and not ok(training[key]):
+            raise RecipeError(f"recipe: training.{key} must be {what}, got {training[key]!r}")
+    _check_report_to(training.get("report_to"))
     return dict(training)
+
+
+def _check_report_to(report_to: Any) -> None:
+    """Tracker names (transformers' integrations), so a typo fails before any model is built."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    names = [report_to] if isinstance(report_to, str) else report_to
+    if names is None:
+        return
+    known = ("all", "none", *sorted(INTEGRATION_TO_CALLBACK))
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise RecipeError(f"recipe: training.report_to must be a tracker name or a list of them, got {report_to!r}")
+    for name in names:
+        if name not in known:
+            raise RecipeError(f"recipe: training.report_to: unknown tracker {name!r} (known: {', '.join(known)})")
 
 
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Read, override, validate. Raises :class:`RecipeError` (or ``FileNotFoundError``)."""
     path = Path(path)
+    if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
+        raise RecipeError(f"{path}: {path.stat().st_size} bytes; a recipe may have at most {MAX_RECIPE_BYTES}")
     with open(path, encoding="utf-8") as handle:
         try:
             raw = _yaml(handle) or {}
-        except yaml.YAMLError as exc:
-            raise RecipeError(f"{path}: not valid YAML: {exc}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"{path}: not valid YAML: {one_line(exc)}") from None
+        except RecursionError:
+            raise RecipeError(f"{path}: not valid YAML: nested too deeply") from None
     if isinstance(raw, dict) and isinstance(raw.get("rewards"), list):  # "name" shorthand -> {name: ...}
         raw["rewards"] = [{"name": item} if isinstance(item, str) else item for item in raw["rewards"]]
     for text in overrides:

@@ -12,7 +12,11 @@ Layout of ``RUN_DIR``::
     adapter/             with a ``peft`` section: the LoRA adapter (PEFT format); final/ holds it merged
 
 Every file that matters is written atomically; a killed run leaves the previous checkpoint
-loadable and at most a torn last line in ``metrics.jsonl`` (cut back on resume).
+loadable and at most a torn last line in ``metrics.jsonl`` (cut back on resume). A start that
+fails or is killed before ``manifest.json`` exists leaves nothing that blocks a re-run: a failed
+start empties the folder, and a killed start's ``initial_model/`` is removed by the next run.
+``final/`` is replaced by renames (new folder staged, old one moved aside, new one moved in, old
+one deleted); leftovers of a killed replacement are removed when the run resumes.
 """
 
 from __future__ import annotations
@@ -31,12 +35,17 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from minimind_trl.data.manifest import write_json_atomic
 from minimind_trl.trainer.callbacks import truncate_metrics
+from minimind_trl.trainer.checkpoints import commit_folder
 
 MANIFEST = "manifest.json"
 STATUS = "status.json"
 INITIAL_MODEL = "initial_model"
 FINAL_MODEL = "final"
 ADAPTER = "adapter"
+START_LEFTOVERS = {INITIAL_MODEL, f".staging-{INITIAL_MODEL}"}  # all a start writes before its manifest
+# leftovers of a killed save: staging folders, save_for_hub's temporary and moved-aside copies
+_SAVE_LEFTOVERS = (".staging-*", "..staging-*.tmp", f".{FINAL_MODEL}.*.tmp", f".{FINAL_MODEL}.old-*",
+                   f"{FINAL_MODEL}.old", f"{ADAPTER}.old")
 _PACKAGES = (
     "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "deepspeed", "peft", "minimind-trl",
 )
@@ -53,12 +62,21 @@ def now() -> str:
 def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
     """Check the folder and return the checkpoint to resume from (None: start from scratch).
 
-    A new run needs a missing or empty folder. ``resume`` needs a folder with a manifest; it
-    resumes from the newest complete checkpoint (staging leftovers of a killed save are removed)
-    and cuts ``metrics.jsonl`` back to that checkpoint's step. Call on the main process only.
+    A new run needs a missing or empty folder, or one holding only what a killed start left
+    (:data:`START_LEFTOVERS`, removed). ``resume`` needs a folder with a manifest (an existing
+    folder holding no started run is started); it resumes from the newest complete checkpoint
+    (leftovers of a killed save are removed) and cuts ``metrics.jsonl`` back to that
+    checkpoint's step. Call on the main process only.
     """
     run_dir = Path(run_dir)
-    if not resume:
+    not_started = run_dir.is_dir() and not (run_dir / MANIFEST).is_file() \
+        and {p.name for p in run_dir.iterdir()} <= START_LEFTOVERS
+    if not_started:  # empty, or a start killed before its manifest: nothing was trained, start again
+        for name in START_LEFTOVERS:
+            shutil.rmtree(run_dir / name, ignore_errors=True)
+        if resume:
+            print(f"minimind-trl train: --resume: {run_dir} holds no started run (no {MANIFEST}); starting it")
+    if not resume or not_started:
         if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
             raise RunFolderError(
                 f"run folder {run_dir} is not empty: choose a new folder, or pass --resume to continue that run"
@@ -67,8 +85,9 @@ def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
         return None
     if not (run_dir / MANIFEST).is_file():
         raise RunFolderError(f"--resume: {run_dir} has no {MANIFEST}; there is no run to resume")
-    for leftover in run_dir.glob(".staging-*"):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for pattern in _SAVE_LEFTOVERS:
+        for leftover in run_dir.glob(pattern):
+            shutil.rmtree(leftover, ignore_errors=True)
     checkpoint = get_last_checkpoint(str(run_dir))
     truncate_metrics(run_dir / "metrics.jsonl", checkpoint_step(checkpoint) if checkpoint else 0)
     return checkpoint
@@ -76,6 +95,63 @@ def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
 
 def checkpoint_step(checkpoint: str | os.PathLike) -> int:
     return int(Path(checkpoint).name.rsplit("-", 1)[1])
+
+
+def abort_start(run_dir: str | os.PathLike) -> None:
+    """After a failed start (before the manifest): empty the folder, which a new run found empty."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or (run_dir / MANIFEST).is_file():
+        return
+    for entry in run_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def completed_run(run_dir: str | os.PathLike, recipe_sha: str) -> dict[str, Any] | None:
+    """The status of a completed run in ``run_dir`` (None if it is not one); its recipe must be
+    ``recipe_sha`` (else RunFolderError naming the sections that differ)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST).is_file() or not (run_dir / STATUS).is_file() \
+            or not (run_dir / FINAL_MODEL / "config.json").is_file():
+        return None
+    status = read_status(run_dir)
+    if status.get("state") != "completed":
+        return None
+    with open(run_dir / MANIFEST, encoding="utf-8") as handle:
+        _check_same_recipe(json.load(handle), recipe_sha, None)
+    return status
+
+
+def _check_same_recipe(previous: dict, recipe_sha: str | None, recipe: dict | None) -> None:
+    if previous.get("recipe_sha256") == recipe_sha:
+        return
+    old, new = previous.get("recipe", {}), recipe or {}
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)) if recipe else "its hash"
+    raise RunFolderError(f"--resume: the recipe differs from the run's manifest in {changed}")
+
+
+def finished_checkpoint(checkpoint: str | os.PathLike | None) -> bool:
+    """Whether ``checkpoint`` was saved at the run's last step (a kill came during the final save)."""
+    if checkpoint is None:
+        return False
+    with open(Path(checkpoint) / "trainer_state.json", encoding="utf-8") as handle:
+        state = json.load(handle)
+    return 0 < state.get("max_steps", 0) <= state.get("global_step", 0)
+
+
+def apply_umask(folder: str | os.PathLike) -> None:
+    """Give a saved folder the modes a plain ``mkdir`` / ``open`` would (temporary-folder helpers
+    create 0700 folders and 0600 files)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -117,10 +193,7 @@ def write_manifest(run_dir: str | os.PathLike, manifest: dict[str, Any], resumed
         return manifest
     with open(path, encoding="utf-8") as handle:
         previous = json.load(handle)
-    if previous.get("recipe_sha256") != manifest.get("recipe_sha256"):
-        old, new = previous.get("recipe", {}), manifest.get("recipe", {})
-        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        raise RunFolderError(f"--resume: the recipe differs from the run's manifest in {changed}")
+    _check_same_recipe(previous, manifest.get("recipe_sha256"), manifest.get("recipe", {}))
     event = {"time": now(), "checkpoint": resumed_from, "world_size": manifest.get("world_size"),
              "command": manifest.get("command"), "git": manifest.get("git")}
     previous["resumes"] = [*previous.get("resumes", []), event]
@@ -143,12 +216,9 @@ def save_initial_model(model, folder: str | os.PathLike) -> Path:
     TRL builds the reference model (beta > 0) from ``config._name_or_path``.
     """
     folder = Path(folder)
-    staging = folder.with_name(f".staging-{folder.name}")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(folder)
     model.save_pretrained(staging)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(staging, folder)
+    _commit(staging, folder)
     model.config._name_or_path = str(folder)
     model.name_or_path = str(folder)
     return folder
@@ -159,17 +229,28 @@ def save_final_model(model, tokenizer, folder: str | os.PathLike) -> Path:
     from minimind_trl.modeling import MiniMindForCausalLM, save_for_hub
 
     folder = Path(folder)
+    staging = _staging(folder)
     if isinstance(model, MiniMindForCausalLM):
-        return save_for_hub(model, tokenizer, folder, format="minimind")
+        save_for_hub(model, tokenizer, staging, format="minimind")
+    else:
+        model.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+    _commit(staging, folder)
+    return folder
+
+
+def _staging(folder: Path) -> Path:
     staging = folder.with_name(f".staging-{folder.name}")
     shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(staging)
-    if folder.exists():
-        shutil.rmtree(folder)
-    os.replace(staging, folder)
-    return folder
+    return staging
+
+
+def _commit(staging: Path, folder: Path) -> None:
+    """Modes from the umask, then the rename swap of :func:`commit_folder` (never rmtree first:
+    a kill leaves the old folder, the new one, or both, and the next resume cleans up)."""
+    apply_umask(staging)
+    commit_folder(str(staging), str(folder))
 
 
 def merged_model(model, run_dir: str | os.PathLike):
@@ -178,11 +259,9 @@ def merged_model(model, run_dir: str | os.PathLike):
     if not hasattr(model, "merge_and_unload"):
         return model
     adapter = Path(run_dir) / ADAPTER
-    staging = adapter.with_name(f".staging-{adapter.name}")
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = _staging(adapter)
     model.save_pretrained(staging)
-    shutil.rmtree(adapter, ignore_errors=True)
-    os.replace(staging, adapter)
+    _commit(staging, adapter)
     return model.merge_and_unload()
 
 
@@ -198,7 +277,16 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
     if main:
         write_status(run_dir, "running", resumed_from=resume_from, pid=os.getpid())
     try:
-        result = trainer.train(resume_from_checkpoint=resume_from)
+        if finished_checkpoint(resume_from) and not getattr(trainer, "is_deepspeed_enabled", False):
+            # killed during the final save: the last step is done, only final/ is missing (training
+            # again would take one step past max_steps)
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(resume_from)
+            trainer.state = TrainerState.load_from_json(os.path.join(resume_from, "trainer_state.json"))
+            training_loss = None
+        else:
+            training_loss = trainer.train(resume_from_checkpoint=resume_from).training_loss
     except NonFiniteError as exc:
         checkpoint = trainer.save_state_after_failure()
         close = getattr(getattr(trainer, "diagnostics", None), "close", None)
@@ -211,16 +299,18 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
     final = Path(run_dir) / FINAL_MODEL
     if getattr(trainer, "is_deepspeed_enabled", False):  # ZeRO-3 shards: every process takes part
         staging = final.with_name(f".staging-{final.name}")
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()
         trainer.save_model(str(staging))
         if main:
             trainer.processing_class.save_pretrained(staging)
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(staging, final)
+            _commit(staging, final)
     elif main:
         save_final_model(merged_model(trainer.accelerator.unwrap_model(trainer.model), run_dir),
                          trainer.processing_class, final)
     if main:
-        status = {"step": trainer.state.global_step, "train_loss": result.training_loss, "final_model": str(final)}
+        status = {"step": trainer.state.global_step, "train_loss": training_loss, "final_model": str(final)}
         write_status(run_dir, "completed", **status)
     trainer.accelerator.wait_for_everyone()
     return {"state": "completed", "step": trainer.state.global_step}

@@ -1,0 +1,186 @@
+"""Run folders under faults (issues 17.2, 17.7, 16.1): a failed or killed start never blocks a
+re-run or --resume; --resume never trains past max_steps and is a no-op on a completed run;
+final/ is replaced by renames and leftovers are removed; modes follow the umask; trackers log."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from test_trainer_helpers import tiny_tokenizer_path
+
+from minimind_trl.data.generator import generate_tasks
+from minimind_trl.data.manifest import write_jsonl_atomic
+from minimind_trl.data.splits import prepare_splits
+from minimind_trl.modeling import MiniMindForCausalLM
+from minimind_trl.trainer import cli, run
+from minimind_trl.trainer.callbacks import read_metrics
+from minimind_trl.trainer.run import prepare_run_dir, read_status
+
+
+@pytest.fixture(scope="module")
+def split_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(12, seed=3))
+    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[8, 2, 2])
+    return root / "splits"
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def write_recipe(folder: Path, split_dir: Path, **training) -> Path:
+    recipe = {
+        "kind": "grpo",
+        "seed": 3,
+        "model": {"preset": "tiny"},
+        "tokenizer": {"path": tiny_tokenizer_path()},
+        "data": {"path": str(split_dir)},
+        "rollout": {"group_size": 2, "prompts_per_rollout": 2, "max_tool_turns": 1, "max_completion_length": 8,
+                    "tool_names": ["calculate_math"]},
+        "rewards": ["success_reward"],
+        "training": {"max_steps": 2, "num_iterations": 1, "learning_rate": 1e-3, "bf16": False, "use_cpu": True,
+                     "report_to": [], "save_strategy": "steps", "save_steps": 2, "gradient_checkpointing": False,
+                     "disable_tqdm": True, **training},
+    }
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def train(recipe: Path, run_dir: Path, *extra: str) -> int:
+    return cli.main([str(recipe), "--output-dir", str(run_dir), *extra])
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return MiniMindForCausalLM.from_pretrained(folder).state_dict()
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"eval_strategy": "steps", "eval_steps": 1}, "eval_strategy"),  # no eval data
+    ({"report_to": ["clearml"]}, "clearml"),  # a tracker that is not installed
+])
+def test_a_failed_trainer_build_exits_2_and_leaves_nothing_behind(tmp_path, split_dir, capsys, bad, named):
+    recipe = write_recipe(tmp_path, split_dir, **bad)
+    run_dir = tmp_path / "run"
+    assert train(recipe, run_dir) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "minimind-trl" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"minimind-trl train: {recipe}: training:"), errors
+    assert named in errors[0]
+    assert run_dir.is_dir() and list(run_dir.iterdir()) == []  # no initial_model/ left behind
+    assert train(recipe, run_dir, "--resume") == 2  # the same recipe fails the same way, still nothing left
+    assert list(run_dir.iterdir()) == []
+    assert train(write_recipe(tmp_path, split_dir), run_dir) == 0  # the fixed recipe runs in that folder
+
+
+def test_a_killed_start_blocks_neither_a_rerun_nor_resume(tmp_path, split_dir):
+    recipe = write_recipe(tmp_path, split_dir, max_steps=1, save_strategy="no")
+    for extra in ((), ("--resume",)):
+        run_dir = tmp_path / f"run{len(extra)}"
+        (run_dir / "initial_model").mkdir(parents=True)  # what a kill before the manifest leaves
+        (run_dir / ".staging-initial_model").mkdir()
+        (run_dir / ".staging-initial_model" / "config.json").write_text("{")
+        assert train(recipe, run_dir, *extra) == 0
+        assert read_status(run_dir)["state"] == "completed"
+        assert not (run_dir / ".staging-initial_model").exists()
+        assert (run_dir / "initial_model" / "config.json").is_file()
+
+
+def test_resume_after_a_kill_in_the_final_save_stops_at_max_steps(tmp_path, split_dir, monkeypatch, umask_022):
+    recipe = write_recipe(tmp_path, split_dir)
+    run_dir = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed while saving final/")
+
+    monkeypatch.setattr(run, "save_final_model", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train(recipe, run_dir)
+    monkeypatch.undo()
+    assert read_status(run_dir)["state"] == "running" and (run_dir / "checkpoint-2").is_dir()
+    for leftover in (".final.abc.tmp", ".final.old-xyz", "final.old", ".staging-final", "..staging-final.q.tmp"):
+        (run_dir / leftover).mkdir()
+        (run_dir / leftover / "model.safetensors").write_bytes(b"partial")
+    assert train(recipe, run_dir, "--resume") == 0
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]  # no step 3
+    status = read_status(run_dir)
+    assert status["state"] == "completed" and status["step"] == 2
+    final = weights(run_dir / "final")
+    for name, value in weights(run_dir / "checkpoint-2").items():
+        assert torch.equal(final[name], value), name
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".") or p.name.endswith(".old")) == []
+    assert (run_dir / "final").stat().st_mode & 0o777 == 0o755  # the umask's modes, not mkdtemp's 0700
+    assert {(p.stat().st_mode & 0o777) for p in (run_dir / "final").iterdir()} == {0o644}
+
+
+def test_resuming_a_completed_run_does_nothing_and_says_so(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
+    run_dir = tmp_path / "run"
+    assert train(recipe, run_dir) == 0
+    before = {p.name: p.stat().st_mtime_ns for p in (run_dir / "final").iterdir()}
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    capsys.readouterr()
+    assert train(recipe, run_dir, "--resume") == 0
+    assert "already completed (step 2); nothing to do" in capsys.readouterr().out
+    assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "final").iterdir()} == before
+    assert (run_dir / "metrics.jsonl").read_text() == metrics
+    assert json.loads((run_dir / "manifest.json").read_text())["resumes"] == manifest["resumes"] == []
+    assert train(recipe, run_dir, "--resume", "--set", "training.max_steps=3") == 2  # another recipe: refused
+    assert "differs" in capsys.readouterr().err
+
+
+def test_final_is_replaced_by_renames_never_deleted_first(tmp_path, monkeypatch):
+    from test_trainer_helpers import tiny_model, tiny_tokenizer
+
+    model, tokenizer = tiny_model(), tiny_tokenizer()
+    final = tmp_path / "final"
+    run.save_final_model(model, tokenizer, final)
+    old = {k: v.clone() for k, v in weights(final).items()}
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    real_replace = os.replace
+
+    def killed_before_the_new_one_is_in(src, dst):
+        if Path(dst) == final:
+            raise KeyboardInterrupt("killed between the renames")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_before_the_new_one_is_in)
+    with pytest.raises(KeyboardInterrupt):
+        run.save_final_model(model, tokenizer, final)
+    monkeypatch.undo()
+    aside = tmp_path / "final.old"  # the previous final/ is still whole, moved aside
+    for name, value in weights(aside).items():
+        assert torch.equal(old[name], value), name
+    (tmp_path / "manifest.json").write_text("{}")
+    prepare_run_dir(tmp_path, resume=True)
+    assert not aside.exists() and not (tmp_path / ".staging-final").exists()
+
+
+def test_tensorboard_reporting_writes_event_files(tmp_path, split_dir):
+    recipe = write_recipe(tmp_path, split_dir, report_to=["tensorboard"], save_strategy="no")
+    assert train(recipe, tmp_path / "run") == 0
+    events = list((tmp_path / "run").rglob("events.out.tfevents.*"))
+    assert events and all(p.stat().st_size > 0 for p in events)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(events[0].parent))
+    accumulator.Reload()
+    assert "train/reward" in accumulator.Tags()["scalars"]
+
+
+def test_trackio_reporting_logs_locally(tmp_path, split_dir):
+    from huggingface_hub.constants import HF_HOME
+
+    recipe = write_recipe(tmp_path, split_dir, report_to=["trackio"], save_strategy="no", project="mm-trl-test")
+    assert train(recipe, tmp_path / "run") == 0
+    assert list((Path(HF_HOME) / "trackio").glob("mm-trl-test*")), sorted((Path(HF_HOME) / "trackio").rglob("*"))
