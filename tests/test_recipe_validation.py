@@ -164,3 +164,11 @@ def test_unsafe_or_broken_yaml_is_one_line(tmp_path, text):
     with pytest.raises(RecipeError, match="not valid YAML") as info:
         _load_text(tmp_path, text)
     assert "\n" not in str(info.value)
+
+
+def test_a_lone_surrogate_is_named_not_a_traceback(tmp_path):
+    text = 'kind: grpo\nmodel: {preset: tiny}\ndata: {path: x}\nrewards: [success_reward]\ndescription: "a\\ud800"\n'
+    with pytest.raises(RecipeError, match="description: .* is not valid text"):
+        _load_text(tmp_path, text)
+    with pytest.raises(RecipeError, match="rollout.tool_names.0: .* is not valid text"):
+        _load_text(tmp_path, text.replace('"a\\ud800"', "x") + 'rollout: {tool_names: ["\\udfff"]}\n')

@@ -321,6 +321,7 @@ def validate_recipe(raw: dict) -> dict:
     """Defaults filled in, every key checked; returns a new dict (the resolved recipe)."""
     if not isinstance(raw, dict):
         raise RecipeError("recipe: the file must hold a mapping of sections")
+    _check_text(raw, "")
     kind = raw.get("kind", TOP_LEVEL["kind"])
     if kind not in KINDS:
         raise RecipeError(f"recipe: kind must be one of {KINDS}, got {kind!r}")
@@ -354,6 +355,19 @@ def validate_recipe(raw: dict) -> dict:
         _check_peft(recipe["peft"])
     recipe["training"] = _check_training(raw.get("training") or {}, kind)
     return recipe
+
+
+def _check_text(value: Any, where: str) -> None:
+    """Every string (keys too) must be encodable text: YAML's "\\ud800" escape makes a lone surrogate."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_text(key, where)
+        _check_text(item, f"{where}.{key}".lstrip("."))
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RecipeError(f"recipe: {where or 'a key'}: {value!r} is not valid text (a lone surrogate)") from None
 
 
 def _check_peft(peft: dict) -> None:
