@@ -44,6 +44,7 @@ from minimind_trl.envs.registry import ParamSpec, ToolRegistry, ToolSpec
 from minimind_trl.envs.rollout import (  # noqa: F401 - TrajectoryRecord is re-exported
     DEFAULT_MAX_TOOL_TURNS,
     TrajectoryRecord,
+    _recordable,
     is_error_observation,
     prompt_ids_for,
     reply_text,
@@ -74,8 +75,8 @@ def record_from_completion(completion: list[dict], completion_ids: list[int],
             calls = message.get("tool_calls") or []
             for call in calls:
                 fn = call.get("function", call) if isinstance(call, dict) else {}
-                record.tool_calls.append({"turn": record.n_turns - 1, "name": fn.get("name"),
-                                          "arguments": fn.get("arguments")})
+                record.tool_calls.append({"turn": record.n_turns - 1, "name": _recordable(fn.get("name")),
+                                          "arguments": _recordable(fn.get("arguments"))})
             if not calls:
                 reply = reply_text(str(message.get("content") or ""))
                 record.malformed_calls += unparsed_call_blocks(reply)
@@ -234,6 +235,25 @@ def with_open_thinking(dataset: Any, ratio: float = DEFAULT_THINKING_RATIO, seed
     return dataset.map(lambda row, i: {"open_thinking": flag(row, i)}, with_indices=True)
 
 
+class ParseGuard:
+    """Installed as ``tokenizer.parse_response``: TRL 1.16 reads a reply as plain text (a
+    malformed call) only when parsing raises ValueError or TypeError; any other failure of the
+    tokenizer's parser (RecursionError on tool-call JSON nested ~1000 deep, ...) is re-raised as
+    a ValueError, so it gets that same fallback instead of ending the run. Evaluation
+    (`minimind_trl.envs.rollout`) falls back the same way on every exception."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return type(self.tokenizer).parse_response(self.tokenizer, *args, **kwargs)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any parser failure is a malformed reply
+            raise ValueError(f"the reply could not be parsed ({type(exc).__name__})") from exc
+
+
 class ToolEnvironmentMixin:
     """Mix into the GRPOTrainer subclass (``class T(ToolEnvironmentMixin, GRPOTrainer)``) used
     with ``environment_factory=make_environment_class(...)``. It overrides TRL 1.16 internals so
@@ -250,8 +270,8 @@ class ToolEnvironmentMixin:
       it raises rather than mislabel);
     * ``_generate``: sets ``env.record`` (`TrajectoryRecord`) on each rollout's environment
       before rewards are computed;
-    * ``__init__``: TRL parses replies with the registry's schemas, and it checks that
-      ``args.max_tool_calling_iterations`` equals the class's ``max_tool_turns``.
+    * ``__init__``: TRL parses replies with the registry's schemas, through `ParseGuard`, and it
+      checks that ``args.max_tool_calling_iterations`` equals the class's ``max_tool_turns``.
     Without ``environment_factory`` the mixin does nothing.
     """
 
@@ -272,6 +292,8 @@ class ToolEnvironmentMixin:
                 f"but the environment allows max_tool_turns={env_class.max_tool_turns}; set them equal")
         if self.chat_template is not None:
             raise ValueError("the tokenizer's chat template is not prefix-preserving")
+        if not isinstance(self._tokenizer.__dict__.get("parse_response"), ParseGuard):
+            self._tokenizer.parse_response = ParseGuard(self._tokenizer)
         self._env_tools[None] = list(env_class._tool_schemas)
         self._tool_env_class = env_class
 

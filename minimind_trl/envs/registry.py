@@ -21,8 +21,10 @@ A tool is a plain Python function with type hints and a Google-style docstring::
   `format_number` (e.g. ``{"result": "9472"}``);
 * failure: ``{"error": "<message>"}`` for an unknown tool, arguments that are not a JSON object,
   missing / unexpected / mistyped arguments (checked against the schema before the function
-  runs), an over-long string argument, an exception inside the tool, or a call that took longer
-  than ``timeout_s``. Tool arguments come from a model and are untrusted: tools must bound their
+  runs), an over-long string argument, an exception inside the tool, a numeric result that is
+  not finite or exceeds ``MAX_RESULT_MAGNITUDE`` (1e18, the calculator's bound), or a call that
+  took longer than ``timeout_s``. Lone surrogates in an observation become U+FFFD and chat
+  markup is escaped (see `_observation`). Tool arguments come from a model and are untrusted: tools must bound their
   own work up-front (see `safe_math`); the wall-clock check here only reports a slow call, it
   cannot interrupt one (signals do not work off the main thread).
 """
@@ -209,8 +211,20 @@ def _check_value(spec: ParamSpec, value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
+MAX_RESULT_MAGNITUDE = 10**18
+"""Numeric results must be finite with ``|x| <= 1e18`` (the calculator's own bound)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CHAT_MARKUP = re.compile(r"<(?=\|[A-Za-z0-9_]{1,32}\|>|/?(?:tool_call|tool_response|think)>)")
+
+
 def _observation(key: str, value: str) -> str:
-    return json.dumps({key: value}, ensure_ascii=False)
+    """``{key: value}`` as JSON. A lone surrogate (e.g. an argument echoed from a model's
+    ``"\\ud800"``) becomes U+FFFD, so every observation encodes as UTF-8 and tokenises; the
+    ``<`` of chat markup (``<|im_end|>``, ``<|im_start|>``, ``</tool_response>``, ``<think>``, ...)
+    is written as the JSON escape ``\\u003c``: the same value for a JSON reader, but never a
+    special token in the next turn."""
+    text = _SURROGATE.sub("\ufffd", json.dumps({key: value}, ensure_ascii=False))
+    return _CHAT_MARKUP.sub(r"\\u003c", text)
 
 
 def error_observation(message: str) -> str:
@@ -298,6 +312,9 @@ class ToolRegistry:
             if time.perf_counter() - start > self.timeout_s:
                 return error_observation(f"{name} timed out after {self.timeout_s:g} s")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value) or abs(value) > MAX_RESULT_MAGNITUDE:
+                    return error_observation(f"{name}: the result exceeds the magnitude limit "
+                                             f"{MAX_RESULT_MAGNITUDE:.0e}")
                 value = format_number(value)
             elif not isinstance(value, str):
                 value = json.dumps(value, ensure_ascii=False)

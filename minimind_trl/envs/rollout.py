@@ -30,7 +30,9 @@ reproducible for the same arguments (the global RNG state is left untouched).
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,11 +153,42 @@ def prompt_ids_for(tokenizer: Any, messages: list[dict], tools: list[dict] | Non
                       open_thinking=open_thinking)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate (``"\\ud800"`` from a JSON escape: no tokenizer or
+    UTF-8 file can encode it) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+@functools.lru_cache(maxsize=8)
+def _token_pattern(tokens: tuple[str, ...]) -> re.Pattern | None:
+    alternatives = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True) if t)
+    return re.compile(alternatives) if alternatives else None
+
+
+def escape_added_tokens(tokenizer: Any, text: str) -> str:
+    """``text`` with the first character of every occurrence of one of the tokenizer's added or
+    special tokens (``<|im_end|>``, ``<|im_start|>``, ``<tool_response>``, ...) written as a
+    ``\\uXXXX`` escape (``<|im_end|>`` → ``\\u003c|im_end|>``), so it tokenises as plain text.
+    Observations are JSON (or TRL's Python repr), where that escape reads back as the same
+    character: the tool's result is kept, but cannot become a special id."""
+    pattern = _token_pattern(tuple(sorted(getattr(tokenizer, "added_tokens_encoder", None) or ())))
+    if pattern is None:
+        return text
+    return pattern.sub(lambda m: f"\\u{ord(m.group()[0]):04x}{m.group()[1:]}", text)
+
+
 def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
                   open_thinking: bool = False) -> list[int]:
     """Ids that follow a model turn's ``<|im_end|>`` when its calls returned ``observations``:
     the template's rendering of the tool messages plus the generation prompt, cut from a
-    one-exchange conversation right after the assistant's ``<|im_end|>``."""
+    one-exchange conversation right after the assistant's ``<|im_end|>``. Each observation
+    (and name) first gets `replace_surrogates` and `escape_added_tokens`: whatever a tool
+    returns renders, and never as special ids (a forged ``<|im_start|>system`` header)."""
+    names = [replace_surrogates(str(n)) for n in names]
+    observations = [escape_added_tokens(tokenizer, replace_surrogates(str(o))) for o in observations]
     calls = [{"type": "function", "function": {"name": n, "arguments": {}}} for n in names]
     head = [{"role": "user", "content": "x"},
             {"role": "assistant", "content": "", "tool_calls": calls}]
@@ -167,6 +200,15 @@ def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
     if full[:len(prefix)] != prefix:
         raise ValueError("chat template is not prefix-preserving around a tool turn")
     return full[len(prefix):]
+
+
+def _recordable(value: Any) -> Any:
+    """A copy of a parsed call's name or arguments that any JSON writer can write: lone
+    surrogates become U+FFFD; ``"<unreadable>"`` when it cannot be serialised (nested too deep)."""
+    try:
+        return json.loads(replace_surrogates(json.dumps(value, ensure_ascii=False)))
+    except (ValueError, TypeError, RecursionError):
+        return "<unreadable>"
 
 
 def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: Any,
@@ -190,7 +232,8 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     except Exception:  # noqa: BLE001 - TRL falls back to plain text on ValueError/TypeError only
         message = {"role": "assistant", "content": text}
     calls = [c.get("function", c) for c in message.get("tool_calls") or []]
-    traj.tool_calls += [{"turn": turn, "name": c["name"], "arguments": c["arguments"]} for c in calls]
+    traj.tool_calls += [{"turn": turn, "name": _recordable(c["name"]), "arguments": _recordable(c["arguments"])}
+                        for c in calls]
     if not calls:
         traj.malformed_calls += unparsed_call_blocks(reply_text(text))
         traj.finished = True

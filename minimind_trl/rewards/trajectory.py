@@ -83,14 +83,17 @@ def _structured_calls(message: dict) -> list[dict]:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 arguments = {"__raw__": arguments}
         calls.append({"name": function.get("name", ""), "arguments": arguments})
     return calls
 
 
 def _render_call(call: dict) -> str:
-    body = json.dumps({"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
+    try:
+        body = json.dumps({"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):  # arguments nested too deep to write back
+        body = json.dumps({"name": str(call["name"]), "arguments": "<unreadable>"}, ensure_ascii=False)
     return f"<tool_call>\n{body}\n</tool_call>"
 
 
