@@ -172,3 +172,15 @@ def test_a_lone_surrogate_is_named_not_a_traceback(tmp_path):
         _load_text(tmp_path, text)
     with pytest.raises(RecipeError, match="rollout.tool_names.0: .* is not valid text"):
         _load_text(tmp_path, text.replace('"a\\ud800"', "x") + 'rollout: {tool_names: ["\\udfff"]}\n')
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rewards.0.weight=.nan"], "rewards.0.weight must be a finite number"),
+    (["rewards.0.options=[1]"], "rewards.0.options must be a mapping"),
+    (["data.path=3"], "data.path must be a non-empty string"),
+    (["tokenizer.path=[a]"], "tokenizer.path must be a path or null"),
+    (["rollout.thinking_ratio=1.5"], "rollout.thinking_ratio must be a finite number >= 0 and <= 1"),
+])
+def test_more_values_are_checked_at_load(tmp_path, split_dir, overrides, message):
+    with pytest.raises(RecipeError, match=message.replace(".", r"\.")):
+        load_recipe(write_recipe(tmp_path, split_dir), overrides)

@@ -66,25 +66,27 @@ def _int(low: int, null: bool = False):
     return (lambda v: (null and v is None) or (type(v) is int and v >= low)), f"an int >= {low}" + " or null" * null
 
 
-def _number(low: float, high: float | None = None, above: bool = False, null: bool = False):
+def _number(low: float | None = None, high: float | None = None, above: bool = False, null: bool = False):
     """A finite number >= low (> low with ``above``), <= high."""
     def ok(v):
         if null and v is None:
             return True
-        return type(v) in (int, float) and math.isfinite(v) and (v > low if above else v >= low) \
+        return type(v) in (int, float) and math.isfinite(v) and (low is None or (v > low if above else v >= low)) \
             and (high is None or v <= high)
-    span = f"{'>' if above else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-    return ok, f"a number {span}" + " or null" * null
+    span = "" if low is None else f" {'>' if above else '>='} {low}" + (f" and <= {high}" if high is not None else "")
+    return ok, f"a finite number{span}" + " or null" * null
 
 
 _BOOLEAN = (lambda v: type(v) is bool, "true or false")
 _NAME = (lambda v: isinstance(v, str) and bool(v), "a non-empty string")
+_MAPPING = (lambda v: isinstance(v, dict), "a mapping")
 _NAMES = (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) and x for x in v)),
           "a list of names or null")
 # Ranges and types of section values ("section.key" -> (test, what it must be)); the objective's
 # fields are checked by ObjectiveConfig itself, the training fields below by _check_training.
 VALUES = {
-    "data.split": _NAME, "data.max_rows": _int(1, null=True), "data.verify": _BOOLEAN,
+    "tokenizer.path": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a path or null"),
+    "data.path": _NAME, "data.split": _NAME, "data.max_rows": _int(1, null=True), "data.verify": _BOOLEAN,
     "rollout.group_size": _int(2), "rollout.prompts_per_rollout": _int(1, null=True),
     "rollout.max_tool_turns": _int(0), "rollout.thinking_ratio": _number(0, 1),
     "rollout.max_completion_length": _int(1), "rollout.temperature": _number(0, above=True),
@@ -434,8 +436,9 @@ def _check_rewards(rewards: Any) -> list[dict]:
     for i, item in enumerate(rewards):
         item = {"name": item} if isinstance(item, str) else item
         entry = _check_keys(item, REWARD_KEYS, f"rewards.{i}")
-        if not isinstance(entry["weight"], (int, float)) or isinstance(entry["weight"], bool):
-            raise RecipeError(f"recipe: rewards.{i}.weight must be a number")
+        for key, (ok, what) in {"name": _NAME, "weight": _number(), "options": _MAPPING}.items():
+            if not ok(entry[key]):
+                raise RecipeError(f"recipe: rewards.{i}.{key} must be {what}, got {entry[key]!r}")
         out.append(entry)
     return out
 
