@@ -28,10 +28,11 @@ from minimind_trl.rewards.verifier import (
 )
 
 _RESPONSE_BLOCK = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
-# A tool turn opens after a model turn's end: "<|im_end|>\n<|im_start|>user\n" with special
-# tokens kept (a model cannot write <|im_end|> inside its turn), or a bare "user" line when they
-# were skipped in decoding.
-_TOOL_TURN_OPEN = re.compile(r"(?:<\|im_end\|>\s*<\|im_start\|>user|(?<![\w|>])user)[ \t]*\n?\s*\Z")
+# A tool turn opens after a model turn's end: "<|im_end|>\n<|im_start|>user\n" in text decoded
+# with special tokens kept (a model cannot write <|im_end|> inside its turn); in text without
+# them, after a bare "user" line or right after a </tool_call>.
+_TOOL_TURN_OPEN = re.compile(r"<\|im_end\|>\s*<\|im_start\|>user[ \t]*\n?\s*\Z")
+_TOOL_TURN_OPEN_PLAIN = re.compile(r"(?:(?<![\w|>])user|</tool_call>)[ \t]*\n?\s*\Z")
 _TURN_NOISE = re.compile(r"<\|[A-Za-z0-9_]{1,32}\|>|\b(?:user|assistant)\b|\s")
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
@@ -125,13 +126,15 @@ def _view_messages(messages: list[dict]) -> CompletionView:
 
 def tool_turn_observations(text: str) -> list[str]:
     """The ``<tool_response>`` blocks of real tool turns: a block that opens a tool turn
-    (`_TOOL_TURN_OPEN` right before it) or follows such a block after only whitespace. Blocks
-    the model wrote inside its own turn (e.g. a forged ``{"result": "42"}``) are not
-    observations, so they can never make an answer ``tool_backed``."""
+    (`_TOOL_TURN_OPEN` right before it; `_TOOL_TURN_OPEN_PLAIN` when the text has no
+    ``<|im_end|>``) or follows such a block after only whitespace. With special tokens kept
+    (evaluation's text), blocks the model wrote inside its own turn (a forged
+    ``{"result": "42"}``) are not observations, so they can never make an answer ``tool_backed``."""
+    opener = _TOOL_TURN_OPEN if "<|im_end|>" in text else _TOOL_TURN_OPEN_PLAIN
     found, last_end = [], None
     for match in _RESPONSE_BLOCK.finditer(text):
         follows_real = last_end is not None and not text[last_end:match.start()].strip()
-        if follows_real or _TOOL_TURN_OPEN.search(text[max(0, match.start() - 64):match.start()]):
+        if follows_real or opener.search(text[max(0, match.start() - 64):match.start()]):
             found.append(match.group(1).strip())
             last_end = match.end()
     return found
