@@ -31,6 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from minimind_trl.data.manifest import write_json_atomic
@@ -132,13 +133,18 @@ def _check_same_recipe(previous: dict, recipe_sha: str | None, recipe: dict | No
     raise RunFolderError(f"--resume: the recipe differs from the run's manifest in {changed}")
 
 
-def finished_checkpoint(checkpoint: str | os.PathLike | None) -> bool:
-    """Whether ``checkpoint`` was saved at the run's last step (a kill came during the final save)."""
-    if checkpoint is None:
-        return False
-    with open(Path(checkpoint) / "trainer_state.json", encoding="utf-8") as handle:
-        state = json.load(handle)
-    return 0 < state.get("max_steps", 0) <= state.get("global_step", 0)
+class _AtMaxSteps(Exception):
+    """Raised by :class:`StopAtMaxSteps` (caught by :func:`run_training`)."""
+
+
+class StopAtMaxSteps(TrainerCallback):
+    """HF's loop checks ``max_steps`` only after a step, so a run resumed from its last step's
+    checkpoint (killed while writing final/) would train one step too many; this stops it once
+    the checkpoint is restored, before the step begins (any backend, DeepSpeed included)."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if 0 < state.max_steps <= state.global_step:
+            raise _AtMaxSteps()
 
 
 def apply_umask(folder: str | os.PathLike) -> None:
@@ -277,16 +283,14 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
     if main:
         write_status(run_dir, "running", resumed_from=resume_from, pid=os.getpid())
     try:
-        if finished_checkpoint(resume_from) and not getattr(trainer, "is_deepspeed_enabled", False):
-            # killed during the final save: the last step is done, only final/ is missing (training
-            # again would take one step past max_steps)
-            from transformers import TrainerState
-
-            trainer._load_from_checkpoint(resume_from)
-            trainer.state = TrainerState.load_from_json(os.path.join(resume_from, "trainer_state.json"))
-            training_loss = None
-        else:
+        trainer.add_callback(StopAtMaxSteps())
+        try:
             training_loss = trainer.train(resume_from_checkpoint=resume_from).training_loss
+        except _AtMaxSteps:  # resumed from the last step's checkpoint: restored, nothing left to train
+            training_loss = None
+            close = getattr(getattr(trainer, "diagnostics", None), "close", None)
+            if close:
+                close()
     except NonFiniteError as exc:
         checkpoint = trainer.save_state_after_failure()
         close = getattr(getattr(trainer, "diagnostics", None), "close", None)
