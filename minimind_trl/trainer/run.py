@@ -140,7 +140,7 @@ class _AtMaxSteps(Exception):
 class StopAtMaxSteps(TrainerCallback):
     """HF's loop checks ``max_steps`` only after a step, so a run resumed from its last step's
     checkpoint (killed while writing final/) would train one step too many; this stops it once
-    the checkpoint is restored, before the step begins (any backend, DeepSpeed included)."""
+    the checkpoint is restored, before the step begins (backend-independent; tested on CPU only)."""
 
     def on_step_begin(self, args, state, control, **kwargs):
         if 0 < state.max_steps <= state.global_step:
