@@ -14,10 +14,13 @@
              alone do not teach a 5M model within the budget;
 4. sft       SFT on gold tool-use trajectories of the training split (``recipes/demo/sft.yaml``,
              assistant-only loss);
-5. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, same seed, same rollout
-             budget (``recipes/demo/rl.yaml`` with ``objective.preset`` set per condition);
-6. eval      frozen greedy evaluation of all five checkpoints on the test split;
-7. summary   ``summary.md`` with paired-bootstrap CIs against SFT, and PNG plots.
+5. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, each with the same RL
+             seeds (``--seeds``, default 3: seed, seed+1, ...; one seed gives every objective the
+             same data order and sampling stream), same rollout budget (``recipes/demo/rl.yaml``
+             with ``objective.preset`` and ``seed`` set per run);
+6. eval      frozen greedy evaluation of the SFT checkpoint and every RL run on the test split;
+7. summary   ``summary.md`` with per-seed results, paired-bootstrap CIs against SFT over questions
+             and two-level CIs (training seeds, then questions), and PNG plots.
 
 Every heavy stage is the public command a user would type (``minimind-trl train``, ``eval``,
 ``summarize``, ``plot``), run in a child process, so the demo exercises exactly the documented
@@ -53,15 +56,16 @@ class DemoSize:
     pretrain_epochs: float
     sft_rows: int  # gold trajectories used for SFT (the first N of the training split)
     sft_epochs: float
-    rl_rollouts: int  # rollouts per RL condition (each = K optimizer updates)
+    rl_rollouts: int  # rollouts per RL run (each = K optimizer updates)
+    rl_seeds: int  # RL seeds per objective (all from the one SFT start)
     eval_batch_size: int
 
 
 SIZES = {
     "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
-                     sft_epochs=1.0, rl_rollouts=6, eval_batch_size=50),
+                     sft_epochs=1.0, rl_rollouts=6, rl_seeds=3, eval_batch_size=50),
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, drill_rows=200, pretrain_epochs=1.0, sft_rows=120,
-                      sft_epochs=1.0, rl_rollouts=1, eval_batch_size=30),
+                      sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=30),
 }
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
@@ -219,8 +223,21 @@ def stage_eval(out: Path, name: str, checkpoint: Path, splits: Path, tokenizer: 
     return folder
 
 
-def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False) -> Path:
-    """Run every stage into ``out``; returns the path of ``summary.md``."""
+def rl_seeds(seed: int, count: int) -> list[int]:
+    """The RL seeds: ``seed``, ``seed + 1``, ... (the first is the pretraining/SFT seed too)."""
+    if count < 1:
+        raise DemoError(f"--seeds must be at least 1, got {count}")
+    return [seed + i for i in range(count)]
+
+
+def run_name(condition: str, rl_seed: int) -> str:
+    """Run and eval folder name of one (objective, RL seed)."""
+    return f"{condition}_seed{rl_seed}"
+
+
+def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, num_seeds: int | None = None) -> Path:
+    """Run every stage into ``out``; returns the path of ``summary.md``. ``num_seeds`` RL seeds per
+    objective (default: the size's)."""
     started = time.time()
     out.mkdir(parents=True, exist_ok=True)
     splits = stage_data(out, size, seed, resume)
@@ -236,25 +253,29 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False) ->
                       resume)
     _log(f"sft done ({time.time() - started:.0f} s so far)")
     checkpoints = {"sft": sft}
-    for name in CONDITIONS:
-        checkpoints[name] = stage_train(
-            out, name, RECIPE_DIR / "rl.yaml",
-            [f"model.path={sft}", f"data.path={splits}", f"objective.preset={name}",
-             f"training.max_steps={size.rl_rollouts * 4}", *common],
-            resume,
-        )
-        _log(f"{name} done ({time.time() - started:.0f} s so far)")
-    evals = {name: stage_eval(out, name, ckpt, splits, tokenizer, size, resume) for name, ckpt in checkpoints.items()}
+    labels = {"sft": "sft"}  # folder name -> summarize label (cond@seed)
+    for rl_seed in rl_seeds(seed, size.rl_seeds if num_seeds is None else num_seeds):
+        for name in CONDITIONS:
+            run = run_name(name, rl_seed)
+            checkpoints[run] = stage_train(
+                out, run, RECIPE_DIR / "rl.yaml",
+                [f"model.path={sft}", f"data.path={splits}", f"objective.preset={name}",
+                 f"training.max_steps={size.rl_rollouts * 4}", f"tokenizer.path={tokenizer}", f"seed={rl_seed}"],
+                resume,
+            )
+            labels[run] = f"{name}@{rl_seed}"
+            _log(f"{run} done ({time.time() - started:.0f} s so far)")
+    evals = {run: stage_eval(out, run, ckpt, splits, tokenizer, size, resume) for run, ckpt in checkpoints.items()}
     summary_dir = out / "summary"
     if not (resume and _stage_done(summary_dir, "summary.md")):
         if summary_dir.exists():
             shutil.rmtree(summary_dir)
-        _run(["summarize", *[f"{name}={path}" for name, path in evals.items()], "--baseline", "sft",
+        _run(["summarize", *[f"{labels[run]}={path}" for run, path in evals.items()], "--baseline", "sft",
               "--output-dir", str(summary_dir)], out / "logs" / "summarize.log")
     plots = out / "plots"
     if not (resume and plots.is_dir() and any(plots.iterdir())):
         shutil.rmtree(plots, ignore_errors=True)
-        _run(["plot", "--runs", *[str(out / "runs" / name) for name in CONDITIONS], "--summary",
+        _run(["plot", "--runs", *[str(out / "runs" / run) for run in checkpoints if run != "sft"], "--summary",
               str(summary_dir / "summary.json"), "--output-dir", str(plots)], out / "logs" / "plot.log")
     _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {plots}")
     return summary_dir / "summary.md"
@@ -264,11 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minimind-trl demo", description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="runs/demo", help="demo folder (default: runs/demo)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: proves the chain in a few minutes")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seed", type=int, default=42, help="data, pretraining and SFT seed; the first RL seed")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="RL seeds per objective (default 3; --quick: 2): seed, seed+1, ...")
     parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
     args = parser.parse_args(argv)
     try:
-        summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume)
+        summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
+                           args.seeds)
     except DemoError as exc:
         print(f"minimind-trl demo: {exc}", file=sys.stderr)
         return 2

@@ -182,3 +182,16 @@ def test_cli_summarize_then_plot_bars(tmp_path, capsys):
     diff_png = tmp_path / "fig" / "eval_task_success_diff.png"
     for p in (png, diff_png):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 2000
+
+
+def test_summary_md_shows_each_training_seed(tmp_path):
+    sft, grpo, cispo = _vectors()
+    specs = [str(write_eval_folder(tmp_path / "sft", sft)),
+             f"grpo@42={write_eval_folder(tmp_path / 'g42', grpo)}",
+             f"grpo@43={write_eval_folder(tmp_path / 'g43', cispo)}"]
+    summary, failures = summarize(specs, baseline="sft", n_resamples=B)
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| grpo | 2 |"))
+    assert f"42: {grpo.mean():.3f}, 43: {cispo.mean():.3f}" in row
+    assert row.count("[") == 3  # mean CI, question CI and the two-level CI of the difference
+    assert next(line for line in md.splitlines() if line.startswith("| sft | 1 |")).count("—") >= 2

@@ -19,6 +19,15 @@ def _fmt_ci(ci: list[float] | None, signed: bool = True) -> str:
     return f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if signed else f"[{ci[0]:.4f}, {ci[1]:.4f}]"
 
 
+def _per_seed(summary: dict, name: str, row: dict) -> str:
+    """``seed: mean`` for each training seed of a condition (in the order the summary holds them)."""
+    seeds = list(summary["conditions"].get(name, {}).get("seeds", {}))
+    values = row.get("per_seed") or []
+    if len(seeds) != len(values) or len(values) < 2:
+        return "—"
+    return ", ".join(f"{seed}: {value:.3f}" for seed, value in zip(seeds, values))
+
+
 def render_markdown(summary: dict) -> str:
     """summary.md: provenance, one table per metric, the interaction."""
     b = summary["bootstrap"]
@@ -36,12 +45,14 @@ def render_markdown(summary: dict) -> str:
             lines.append(f"| {name} | {seed} | `{info['checkpoint_sha256']}` | `{info['path']}` |")
     for metric, rows in summary["metrics"].items():
         lines += ["", f"## {metric}", "",
-                  "| condition | seeds | mean | 95% CI | Δ vs baseline | Δ 95% CI (questions) | Δ 95% CI (seeds+questions) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| condition | seeds | mean | 95% CI | per seed | Δ vs baseline | Δ 95% CI (questions) | "
+                  "Δ 95% CI (seeds+questions) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for name, row in rows.items():
             lines.append(
                 f"| {name} | {row['n_seeds']} | {_fmt(row['mean'])} | {_fmt_ci(row['ci'], signed=False)} | "
-                f"{row['diff']:+.4f} | {_fmt_ci(row['diff_ci'])} | {_fmt_ci(row.get('diff_ci_two_level'))} |"
+                f"{_per_seed(summary, name, row)} | {row['diff']:+.4f} | {_fmt_ci(row['diff_ci'])} | "
+                f"{_fmt_ci(row.get('diff_ci_two_level'))} |"
             )
     inter = summary.get("interaction")
     if inter:
