@@ -88,11 +88,15 @@ _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*" + _ARG + r"\s*" + _ARG)
 _LATEX_SQRT = re.compile(r"(?<![\d.])(?P<coef>\d+(?:\.\d+)?)?\s*\\sqrt\s*(?:\[\s*(?P<n>\d+)\s*\])?\s*" + _ARG)
 _PLAIN = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
 MAX_ROOT = 10
+MAX_BOXES = 64
+"""At most this many ``\\boxed{}`` wrappers are opened (more stay as they are)."""
 
 
 def _unbox(text: str) -> str:
-    """``\\boxed{X}`` → `` X `` (the matching brace found by counting)."""
-    while (match := _LATEX_BOX.search(text)) is not None:
+    """``\\boxed{X}`` → `` X `` (the matching brace found by counting), for the first `MAX_BOXES`."""
+    for _ in range(MAX_BOXES):
+        if (match := _LATEX_BOX.search(text)) is None:
+            break
         depth, end = 1, match.end()
         while end < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[end], 0)

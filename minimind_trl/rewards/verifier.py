@@ -59,6 +59,7 @@ import ast
 import json
 import re
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -244,8 +245,12 @@ def observation_result(observation: str) -> str | None:
     try:
         obj = json.loads(observation)
     except (ValueError, RecursionError):
+        if not observation.lstrip().startswith("{"):
+            return None
         try:
-            obj = ast.literal_eval(observation.strip())
+            with warnings.catch_warnings():  # no SyntaxWarning noise from a model's text
+                warnings.simplefilter("ignore")
+                obj = ast.literal_eval(observation.strip())
         except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
             return None
     if isinstance(obj, dict) and "result" in obj and "error" not in obj:
