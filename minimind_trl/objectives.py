@@ -29,12 +29,12 @@ token never enter an average over rows.
 
 Adding an objective (e.g. from a plugin)::
 
-    from minimind_trl.objectives import ObjectiveConfig, PolicyTerm, register_policy_loss
+    from minimind_trl.objectives import ObjectiveConfig, PolicyTerm, log_ratio, register_policy_loss
 
     @register_policy_loss("clip_upper_only", level="token")
     def clip_upper_only(logps, old_logps, advantages, mask, config):
         # logps/old_logps [B, T] (0 on masked positions), advantages [B], mask [B, T] bool
-        ratio = torch.exp(logps - old_logps)
+        ratio = torch.exp(log_ratio(logps, old_logps))  # clamped to +-LOG_RATIO_BOUND
         per_token = -torch.clamp(ratio, max=1 + config.epsilon_high) * advantages[:, None]
         return PolicyTerm(per_token, {})
 
