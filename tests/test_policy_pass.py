@@ -173,3 +173,24 @@ def test_plain_calls_go_through_unchanged():
     reference = copy.deepcopy(model)
     ids = torch.randint(21, 6400, (2, 6))
     torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=0, atol=0)
+
+
+def test_shared_pass_through_a_peft_lora_model_matches_the_plain_pass():
+    """PEFT passes its own None keywords through; the LoRA layers run inside the shared pass."""
+    from peft import LoraConfig, get_peft_model
+
+    batch = make_batch()
+    mask = batch[3].bool()
+    grads = {}
+    for name, fn in (("plain", plain_pass), ("shared", shared_pass)):
+        peft_model = get_peft_model(make_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        if name == "plain":
+            logps = fn(peft_model, *batch)[0]
+        else:
+            layout = build_layout(*batch)
+            logps = peft_model(prefix_layout=layout).log_probs
+        (logps * mask).sum().backward()
+        grads[name] = {n: p.grad.clone() for n, p in peft_model.named_parameters() if p.grad is not None}
+    assert grads["plain"].keys() == grads["shared"].keys() and all("lora_" in n for n in grads["plain"])
+    for key, plain in grads["plain"].items():
+        assert (grads["shared"][key] - plain).abs().max() / plain.abs().max().clamp(min=1e-6) < 1e-5, key

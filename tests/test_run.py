@@ -163,15 +163,15 @@ def test_killed_save_leaves_the_previous_checkpoint_loadable(tmp_path):
 
 def test_non_finite_loss_stops_before_the_optimizer_step(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=3, num_iterations=2)
-    real_forward = trainer._get_per_token_logps_and_entropies
+    real_forward = trainer._policy_forward  # the one forward of the replay and the updates
 
     def poisoned(model, *args, **kwargs):
-        logps, entropies, aux = real_forward(model, *args, **kwargs)
+        logps, entropies, aux, router = real_forward(model, *args, **kwargs)
         if trainer.state.global_step == 1 and torch.is_grad_enabled():
             logps = logps + float("nan")
-        return logps, entropies, aux
+        return logps, entropies, aux, router
 
-    trainer._get_per_token_logps_and_entropies = poisoned
+    trainer._policy_forward = poisoned
     with pytest.raises(NonFiniteError, match="non-finite loss or gradient at step 2"):
         run_training(trainer, tmp_path, None)
     status = read_status(tmp_path)

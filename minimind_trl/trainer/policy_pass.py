@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -60,6 +60,14 @@ class AttentionBucket:
     key_index: torch.Tensor
     mask: torch.Tensor
     query_valid: torch.Tensor
+    _additive: dict = field(default_factory=dict, repr=False)
+
+    def additive_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """The mask as eager attention adds it (0 / dtype min), made once per dtype for all layers."""
+        if dtype not in self._additive:
+            additive = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            self._additive[dtype] = additive.masked_fill_(~self.mask, torch.finfo(dtype).min)
+        return self._additive[dtype]
 
 
 @dataclass
@@ -248,9 +256,8 @@ def _attention(module: nn.Module, query, key, value, layout: PrefixLayout, eager
         k = key[:, bucket.key_index].transpose(0, 1)  # (nb, h_kv, Lk, d)
         v = value[:, bucket.key_index].transpose(0, 1)
         if eager:
-            additive = torch.zeros(bucket.mask.shape, dtype=q.dtype, device=q.device)
-            additive.masked_fill_(~bucket.mask, torch.finfo(q.dtype).min)
-            out, _ = eager_attention_forward(module, q, k, v, additive, scaling=module.scaling, dropout=dropout)
+            out, _ = eager_attention_forward(module, q, k, v, bucket.additive_mask(q.dtype), scaling=module.scaling,
+                                             dropout=dropout)
         else:
             out, _ = sdpa_attention_forward(module, q, k, v, bucket.mask, dropout=dropout, scaling=module.scaling)
         outputs.append(out[bucket.query_valid])  # (valid queries, h, d)
@@ -331,6 +338,9 @@ def _aux(model: nn.Module, routers: list[torch.Tensor], layout: PrefixLayout) ->
     return router_aux_loss(tuple(routers), config.num_experts, config.num_experts_per_tok, layout.weights[None])
 
 
+_SHARED_OPTIONS = ("temperature", "compute_entropy", "compute_aux_loss", "cast_lm_head_to_fp32")
+
+
 def supports_shared_forward(model: nn.Module) -> bool:
     """Whether ``model`` has the layout :func:`shared_forward` runs (MiniMind, Qwen3, Qwen3-MoE)."""
     layers = getattr(getattr(model, "model", None), "layers", None)
@@ -355,7 +365,11 @@ def install_shared_forward(model: nn.Module) -> None:
     def forward(*args: Any, prefix_layout: PrefixLayout | None = None, **kwargs: Any):
         if prefix_layout is None:
             return inner(*args, **kwargs)
-        return shared_forward(model, prefix_layout, **kwargs)
+        options = {k: kwargs.pop(k) for k in _SHARED_OPTIONS if k in kwargs}
+        unused = sorted(k for k, v in kwargs.items() if v is not None)  # wrappers (PEFT) pass their Nones
+        if args or unused:
+            raise TypeError(f"prefix_layout calls take only {_SHARED_OPTIONS}, got {unused or 'positional args'}")
+        return shared_forward(model, prefix_layout, **options)
 
     forward._minimind_shared = True
     model.forward = forward
