@@ -319,6 +319,30 @@ def test_lora_grpo_runs_and_merges(tmp_path, data):
     assert not any("lora" in key for key in _weights(run_dir / FINAL_MODEL))
 
 
+def test_lora_grpo_on_moe_adapts_the_fused_experts_through_target_parameters(tmp_path, data):
+    raw = yaml.safe_load((RECIPES / "smoke_grpo.yaml").read_text(encoding="utf-8"))
+    raw["data"] = {"path": str(data / "tasks"), "verify": False}
+    raw["rollout"]["max_completion_length"] = 12
+    raw["training"].update(max_steps=2, save_strategy="no", learning_rate=1e-2)
+    raw["peft"] = {**LORA, "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]}
+    raw["model"] = {"preset": "tiny-moe"}
+    run_dir = _train(tmp_path, raw)
+    config = json.loads((run_dir / ADAPTER / "adapter_config.json").read_text())
+    assert sorted(config["target_parameters"]) == ["mlp.experts.down_proj", "mlp.experts.gate_up_proj"]
+    start, final = _weights(run_dir / "initial_model"), _weights(run_dir / FINAL_MODEL)
+    experts = "model.layers.0.mlp.experts.gate_up_proj"
+    assert not torch.equal(start[experts], final[experts])  # merged LoRA moved the fused expert tensor
+    router = "model.layers.0.mlp.gate.weight"
+    assert torch.equal(start[router], final[router])  # the router is not a target
+
+
+def test_peft_target_parameters_must_be_names():
+    raw = {"kind": "sft", "model": {"preset": "tiny"}, "data": {"path": "x"}, "peft": {**LORA, "target_parameters": []}}
+    with pytest.raises(RecipeError, match="peft.target_parameters"):
+        validate_recipe(raw)
+    assert "target_parameters" not in validate_recipe({**raw, "peft": LORA})["peft"]  # unset: hashes unchanged
+
+
 def _reward_model(folder: Path) -> str:
     from transformers import Qwen3Config, Qwen3ForSequenceClassification
 

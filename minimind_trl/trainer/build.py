@@ -267,8 +267,10 @@ def peft_config(recipe: dict):
         return None
     from peft import LoraConfig
 
+    parameters = spec.get("target_parameters")
     return LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], lora_dropout=float(spec["dropout"]),
-                      target_modules=list(spec["target_modules"]), task_type="CAUSAL_LM")
+                      target_modules=list(spec["target_modules"]), task_type="CAUSAL_LM",
+                      target_parameters=list(parameters) if parameters else None)
 
 
 def build_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):

@@ -48,7 +48,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "max_tool_turns": 3, "tool_names": None,
     },
     # optional: absent or null = full fine-tuning
-    "peft": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": _REQUIRED},
+    "peft": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": _REQUIRED, "target_parameters": None},
 }
 TOP_LEVEL = {"kind": "grpo", "seed": 42, "description": "", "rewards": None, "training": {}}
 SECTIONS_BY_KIND = {
@@ -355,6 +355,8 @@ def validate_recipe(raw: dict) -> dict:
         del recipe["sft"]["pack"]  # off: left out, so older recipe hashes hold
     if recipe.get("peft") is not None:
         _check_peft(recipe["peft"])
+        if recipe["peft"]["target_parameters"] is None:
+            del recipe["peft"]["target_parameters"]  # unset: left out, so older recipe hashes hold
     recipe["training"] = _check_training(raw.get("training") or {}, kind)
     return recipe
 
@@ -373,7 +375,8 @@ def _check_text(value: Any, where: str) -> None:
 
 
 def _check_peft(peft: dict) -> None:
-    """LoRA settings: positive rank and alpha, dropout in [0, 1), a non-empty list of module names."""
+    """LoRA settings: positive rank and alpha, dropout in [0, 1), a non-empty list of module names,
+    optionally parameter names (PEFT's ``target_parameters``: LoRA on fused MoE expert tensors)."""
     for key in ("r", "alpha"):
         if not isinstance(peft[key], int) or isinstance(peft[key], bool) or peft[key] < 1:
             raise RecipeError(f"recipe: peft.{key} must be a positive int, got {peft[key]!r}")
@@ -383,6 +386,11 @@ def _check_peft(peft: dict) -> None:
     modules = peft["target_modules"]
     if not isinstance(modules, list) or not modules or not all(isinstance(m, str) and m for m in modules):
         raise RecipeError(f"recipe: peft.target_modules must be a non-empty list of module names, got {modules!r}")
+    parameters = peft["target_parameters"]
+    if parameters is not None and (not isinstance(parameters, list) or not parameters
+                                   or not all(isinstance(p, str) and p for p in parameters)):
+        raise RecipeError("recipe: peft.target_parameters must be a non-empty list of parameter names "
+                          f"(e.g. [mlp.experts.gate_up_proj, mlp.experts.down_proj]) or null, got {parameters!r}")
 
 
 def _check_model(model: dict) -> None:
