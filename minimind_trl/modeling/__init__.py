@@ -1,4 +1,5 @@
-"""MiniMind as a registered transformers model: config, dense/MoE model, presets, checkpoints, export.
+"""MiniMind as a registered transformers model: config, dense/MoE model, presets, checkpoints, export
+(Hub folders: `save_for_hub`; a GGUF file for llama.cpp: `save_gguf`).
 
 Importing this package registers `MiniMindConfig` (model_type "minimind") with `AutoConfig` and
 `MiniMindForCausalLM` / `MiniMindModel` with `AutoModelForCausalLM` / `AutoModel`, so folders written
@@ -9,6 +10,7 @@ LoRA targets for "minimind" (`peft_targets`).
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .configuration_minimind import MiniMindConfig
+from .gguf_export import save_gguf
 from .hub import qwen3_config, save_for_hub
 from .modeling_minimind import MiniMindForCausalLM, MiniMindModel, MiniMindPreTrainedModel, router_aux_loss
 from .native import load_native_checkpoint, native_key_shapes, save_native_checkpoint
@@ -37,5 +39,6 @@ __all__ = [
     "register_peft_defaults",
     "router_aux_loss",
     "save_for_hub",
+    "save_gguf",
     "save_native_checkpoint",
 ]

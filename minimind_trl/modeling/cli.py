@@ -1,0 +1,68 @@
+"""`minimind-trl export`: write a checkpoint as a Hub folder (minimind / qwen3) or a GGUF file.
+
+    minimind-trl export runs/e0_sft export/qwen3 --format qwen3
+    minimind-trl export runs/e0_sft export/minimind.gguf --format gguf [--outtype f16]
+
+The checkpoint is a run folder (its `final/` is exported and its manifest describes the run in the
+model card), a Hub-format folder, or a native `.pth` with `--preset`. The tokenizer is the
+checkpoint's own when it has one, else `--tokenizer`, else the packaged default. Errors (missing
+checkpoint, a config GGUF cannot represent) exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+FORMATS = ("minimind", "qwen3", "gguf")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minimind-trl export", description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", help="run folder, Hub-format folder, or native .pth (with --preset)")
+    p.add_argument("out", help="output folder (minimind, qwen3) or .gguf file (gguf)")
+    p.add_argument("--format", choices=FORMATS, default="minimind")
+    p.add_argument("--outtype", choices=("f32", "f16", "bf16"), default=None,
+                   help="weight type: gguf matrices (default f16; norms stay f32), Hub folders (default f32)")
+    p.add_argument("--preset", default=None, help="config preset of a native .pth checkpoint")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the checkpoint's, else packaged)")
+    p.add_argument("--gguf-pre", default=None,
+                   help="llama.cpp pre-tokenizer name to declare (default: derived from the tokenizer)")
+    p.add_argument("--name", default="MiniMind", help="gguf general.name")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    import torch
+
+    from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
+    from minimind_trl.eval.errors import EvalError
+    from minimind_trl.modeling.gguf_export import save_gguf
+    from minimind_trl.modeling.hub import save_for_hub
+
+    source = Path(args.checkpoint)
+    manifest = None
+    if source.is_dir() and (source / "final" / "config.json").is_file():  # a run folder
+        manifest = source / "manifest.json" if (source / "manifest.json").is_file() else None
+        source = source / "final"
+    try:
+        info = resolve_checkpoint(source, args.preset)
+        model = load_model(info)
+        tokenizer, _, _ = load_eval_tokenizer(info, args.tokenizer)
+        if args.format == "gguf":
+            path = save_gguf(model, tokenizer, args.out, args.outtype or "f16", pre=args.gguf_pre, name=args.name)
+        else:
+            dtype = {None: torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+            path = save_for_hub(model.to(dtype[args.outtype]), tokenizer, args.out, format=args.format,
+                                manifest=manifest)
+    except (EvalError, ValueError, OSError) as exc:
+        print(f"minimind-trl export: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.format} export of {source} to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
