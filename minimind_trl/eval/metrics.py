@@ -42,6 +42,21 @@ def load_tool_math_metric(config_name: str = "default"):
     return evaluate.load(str(METRIC_DIR), config_name, keep_in_memory=True)
 
 
+def metric_inputs(records: Sequence[dict]) -> dict[str, list]:
+    """The metric module's ``compute`` columns (config "default") from evaluation records."""
+    return {
+        "success": [int(bool(r["success"])) for r in records],
+        "all_gt_covered": [int(bool(r["all_gt_covered"])) for r in records],
+        "gt_hits": [[bool(h) for h in r["gt_hits"]] for r in records],
+        "n_tool_calls": [int(r["n_tool_calls"]) for r in records],
+        "valid_calls": [int(r["valid_calls"]) for r in records],
+        "failed_calls": [int(r["failed_calls"]) for r in records],
+        "num_turns": [int(r["num_turns"]) for r in records],
+        "answer_length": [int(r["answer_length"]) for r in records],
+        "op_type": [str(r.get("op_type", "unknown")) for r in records],
+    }
+
+
 def compute_metrics(records: Sequence[dict], pass_k: Sequence[int] = ()) -> dict:
     """The metric module's numbers for ``records``; adds ``pass@k`` when records hold samples.
 
@@ -50,18 +65,7 @@ def compute_metrics(records: Sequence[dict], pass_k: Sequence[int] = ()) -> dict
     """
     if not records:
         raise ValueError("no records to score")
-    metric = load_tool_math_metric()
-    result = metric.compute(
-        success=[int(bool(r["success"])) for r in records],
-        all_gt_covered=[int(bool(r["all_gt_covered"])) for r in records],
-        gt_hits=[[bool(h) for h in r["gt_hits"]] for r in records],
-        n_tool_calls=[int(r["n_tool_calls"]) for r in records],
-        valid_calls=[int(r["valid_calls"]) for r in records],
-        failed_calls=[int(r["failed_calls"]) for r in records],
-        num_turns=[int(r["num_turns"]) for r in records],
-        answer_length=[int(r["answer_length"]) for r in records],
-        op_type=[str(r.get("op_type", "unknown")) for r in records],
-    )
+    result = load_tool_math_metric().compute(**metric_inputs(records))
     if pass_k:
         if not all("samples" in r for r in records):
             raise ValueError("pass@k requested but some records hold no samples")
