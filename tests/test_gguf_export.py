@@ -2,6 +2,7 @@
 vocabulary), and the declared llama.cpp pre-tokenizer giving our ids."""
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -221,3 +222,48 @@ def test_readme_gguf_command_runs_as_written(tmp_path, monkeypatch):
     reader = gguf.GGUFReader(tmp_path / "export" / "minimind.gguf")
     assert field(reader, "general.architecture") == "qwen3moe"
     assert len(reader.tensors) == len(expected_tensors(model))
+
+
+def render_go_template(template: str, messages: list[dict]) -> str:
+    """The README Modelfile's Go-template subset as Ollama runs it: `range .Messages`, `.Role`,
+    `.Content`, `if eq .Role "..."`, `end`, and `{{-` trimming the whitespace before it."""
+    template = re.sub(r"\s*\{\{-", "{{", template)
+    parts = re.split(r"(\{\{.*?\}\})", template)
+
+    def render(i: int, message: dict | None) -> tuple[str, int]:
+        out = []
+        while i < len(parts):
+            part = parts[i]
+            action = part[2:-2].strip() if part.startswith("{{") else None
+            if action is None:
+                out.append(part)
+            elif action == "end":
+                return "".join(out), i
+            elif action == "range .Messages":  # messages is never empty here
+                for m in messages:
+                    text, stop = render(i + 1, m)
+                    out.append(text)
+                i = stop
+            elif action.startswith("if eq .Role "):
+                text, stop = render(i + 1, message)
+                out.append(text if message["role"] == json.loads(action.split(" ", 3)[3]) else "")
+                i = stop
+            else:
+                out.append({".Role": message["role"], ".Content": message["content"]}[action])
+            i += 1
+        return "".join(out), i
+
+    return render(0, None)[0]
+
+
+def test_readme_ollama_template_renders_our_chat_format():
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
+    modelfile = readme.split("\nFROM ./minimind.gguf\n", 1)[1].split("\n```", 1)[0]
+    template = re.search(r'TEMPLATE """(.*?)"""', modelfile, flags=re.S).group(1)
+    assert "PARAMETER stop <|im_end|>" in modelfile
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 12 * 7?"},
+                {"role": "assistant", "content": "84"}, {"role": "user", "content": "And 12 * 8?"}]
+    tokenizer = load_tokenizer()
+    for turns in (messages[1:2], messages):
+        want = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        assert render_go_template(template, turns) == want
