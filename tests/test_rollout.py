@@ -73,8 +73,8 @@ def scripted(model, tokenizer, scripts=SCRIPTS):
     """Make ``model.generate`` follow ``scripts`` (an instance attribute shadows the method)."""
     generate = model.generate
 
-    def forced_generate(*args, **kwargs):
-        processors = LogitsProcessorList([ScriptedReplies(tokenizer, scripts)])
+    def forced_generate(*args, logits_processor=None, **kwargs):
+        processors = LogitsProcessorList([*(logits_processor or []), ScriptedReplies(tokenizer, scripts)])
         return generate(*args, logits_processor=processors, **kwargs)
 
     model.generate = forced_generate

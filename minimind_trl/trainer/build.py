@@ -193,6 +193,7 @@ def grpo_config(recipe: dict, run_dir: str, processes: int):
         "top_k": rollout["top_k"],
         "max_tool_calling_iterations": rollout["max_tool_turns"],
         "mask_truncated_completions": rollout["mask_truncated_completions"],
+        "rollout_engine": rollout["engine"],
         "reward_weights": [float(r["weight"]) for r in recipe["rewards"]],
     }
     return MiniMindGRPOConfig(output_dir=run_dir, seed=recipe["seed"], **fields, **training)

@@ -94,6 +94,17 @@ class MiniMindGRPOConfig(GRPOConfig):
             MoE aux loss, a statistic of each micro-batch, does: it then sees other rows together).
             `False`: TRL's pass, one padded ``[prompt | completion]`` row per trajectory.
 
+        > Rollouts
+
+        rollout_engine (`str`, defaults to `"minimind"`):
+            What generates each model turn of a training rollout. `"minimind"`:
+            :func:`minimind_trl.envs.generation.generate_turns` (continuous batching over one KV
+            cache, contexts encoded without repeats, per-row random streams seeded from `seed`,
+            the step and the context, so a trajectory does not depend on the batch it shares);
+            TRL's tool loop (parsing, tool calls, tool turns, `max_completion_length`) is unchanged.
+            Supports `temperature`, `top_k` and `top_p` (TRL's warpers, in TRL's order), or greedy
+            through `generation_kwargs={"do_sample": False}`. `"trl"`: TRL's padded `generate`.
+
         > Run discipline and diagnostics
 
         logging_steps (`int`, defaults to `1`):
@@ -118,6 +129,9 @@ class MiniMindGRPOConfig(GRPOConfig):
     logging_steps: float = field(default=1, metadata={"help": "Must be 1 (one metrics record per optimizer step)."})
     metrics_file: str = field(default="metrics.jsonl", metadata={"help": "Per-step diagnostics file in output_dir."})
     moe_diagnostics: bool = field(default=True, metadata={"help": "Per-layer MoE router diagnostics."})
+    rollout_engine: str = field(
+        default="minimind", metadata={"help": "Turn generation: minimind (continuous batching) or trl (TRL's generate)."}
+    )
     prefix_sharing: bool = field(
         default=True, metadata={"help": "Encode each distinct prompt once per policy pass (exact; False: TRL's pass)."}
     )
@@ -140,6 +154,17 @@ class MiniMindGRPOConfig(GRPOConfig):
                 f"steps_per_generation ({self.steps_per_generation}) must equal gradient_accumulation_steps "
                 f"({self.gradient_accumulation_steps}): each optimizer step uses the whole rollout once"
             )
+        if self.rollout_engine not in ("minimind", "trl"):
+            raise ValueError(f"rollout_engine must be 'minimind' or 'trl', got {self.rollout_engine!r}")
+        if self.rollout_engine == "minimind":
+            unsupported = {k: getattr(self, k) for k, default in (("min_p", None), ("repetition_penalty", 1.0))
+                           if getattr(self, k) != default}
+            unsupported.update({k: v for k, v in (self.generation_kwargs or {}).items() if k != "do_sample"})
+            if unsupported or self.use_transformers_continuous_batching:
+                raise ValueError(
+                    f"rollout_engine 'minimind' samples with temperature / top_k / top_p only, got {unsupported or ''}"
+                    f"{' use_transformers_continuous_batching' if self.use_transformers_continuous_batching else ''}; "
+                    "use rollout.engine: trl for these settings")
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations (K) must be >= 1, got {self.num_iterations}")
         if self.epsilon_low is None and self.epsilon != _TRL_DEFAULT_EPSILON:

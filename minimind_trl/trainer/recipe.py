@@ -39,7 +39,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "rollout": {
         "group_size": 8, "prompts_per_rollout": None, "max_tool_turns": 3, "thinking_ratio": 0.1,
         "max_completion_length": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "tools": [], "tool_names": None,
-        "mask_truncated_completions": False,
+        "mask_truncated_completions": False, "engine": "minimind",
     },
     "sft": {"max_length": 1024, "mode": "sft", "pack": False},
     "dpo": {"max_length": 1024, "beta": 0.1},
@@ -59,6 +59,7 @@ SECTIONS_BY_KIND = {
 }
 OPTIONAL_SECTIONS_BY_KIND = {"grpo": ("peft",), "sft": ("peft",), "dpo": ("peft",), "distill": ()}
 SFT_MODES = ("sft", "pretrain")
+ROLLOUT_ENGINES = ("minimind", "trl")  # MiniMindGRPOConfig.rollout_engine
 REWARD_KEYS = {"name": _REQUIRED, "weight": 1.0, "options": {}}
 
 
@@ -93,6 +94,7 @@ VALUES = {
     "rollout.top_p": _number(0, 1, above=True), "rollout.top_k": _int(0),
     "rollout.tools": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), "a list of specs"),
     "rollout.tool_names": _NAMES, "rollout.mask_truncated_completions": _BOOLEAN,
+    "rollout.engine": (lambda v: v in ROLLOUT_ENGINES, f"one of {ROLLOUT_ENGINES}"),
     "sft.max_length": _int(1), "sft.mode": (lambda v: v in SFT_MODES, f"one of {SFT_MODES}"), "sft.pack": _BOOLEAN,
     "dpo.max_length": _int(1), "dpo.beta": _number(0, above=True),
     "distill.teacher_path": _NAME, "distill.beta": _number(0, 1), "distill.max_completion_length": _int(1),
@@ -136,6 +138,7 @@ OWNED_BY_KIND = {
         "top_k": "rollout.top_k",
         "max_tool_calling_iterations": "rollout.max_tool_turns",
         "mask_truncated_completions": "rollout.mask_truncated_completions",
+        "rollout_engine": "rollout.engine",
         "reward_weights": "rewards[].weight",
         "beta": "objective.beta",
         "epsilon": "objective.epsilon_low",

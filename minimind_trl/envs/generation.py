@@ -1,0 +1,170 @@
+"""One model turn for many contexts: continuous batching over one KV cache, per-row sampling.
+
+`generate_turns(model, contexts, budgets, ...)` is what ``rollout.engine: minimind`` runs in place
+of ``GRPOTrainer._generate_single_turn`` (TRL's tool loop stays TRL's: it parses each turn, runs
+the calls, appends the tool turn and asks for the next turn with the concatenated ids). Each
+context decodes until its first eos (kept) or its token budget, like TRL's padded ``generate``
+followed by its cut at the first eos and at ``max_completion_length``:
+
+* contexts are encoded without repeats (`minimind_trl.envs.kv_batch.prefill`: identical contexts
+  once, the prefix all share once, each cluster's prefix once) and decode ``decode_slice`` tokens
+  per ``generate`` call; rows that end make room for queued ones (no row waits for the longest);
+* sampling draws each row's tokens from its own ``torch.Generator``, seeded from the run seed,
+  the rollout step, the context ids and the context's occurrence number in the call, so a
+  trajectory does not depend on which rows share its batch (batch size, accumulation, engine
+  slicing). The distribution is TRL's: the same temperature / top-k / top-p warpers of
+  transformers, applied in that order, then one multinomial draw.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from minimind_trl.envs.kv_batch import KVBatch, compact, merge, prefill
+
+DECODE_SLICE = 32
+"""Tokens per ``generate`` call (see `minimind_trl.envs.rollout.DECODE_SLICE`)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """TRL's sampling settings (``GRPOConfig.temperature / top_k / top_p``) and the seed base.
+    ``top_k`` 0 or None and ``top_p`` 1.0 switch those warpers off; ``do_sample`` False is greedy."""
+
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int | None = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+def row_seed(base: int, stream: str, context: list[int], occurrence: int) -> int:
+    """A 63-bit seed for one row's turn: sha256 of (base seed, stream, occurrence, context ids);
+    ``stream`` names the call (the trainer: its step and process)."""
+    digest = hashlib.sha256(f"{base}:{stream}:{occurrence}:".encode() + array("q", context).tobytes()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class RowSampler(LogitsProcessor):
+    """Samples every row from its own generator and returns scores that make greedy decoding pick
+    the sampled token (0 there, -inf elsewhere). ``generators`` follow the batch's rows."""
+
+    def __init__(self, sampling: Sampling):
+        warpers = []
+        if sampling.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(sampling.temperature))
+        if sampling.top_k:
+            warpers.append(TopKLogitsWarper(sampling.top_k))
+        if sampling.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(sampling.top_p))
+        self.warpers = warpers
+        self.generators: list[torch.Generator] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        probs = torch.softmax(scores.float(), dim=-1)  # (B, V)
+        chosen = torch.stack([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)])
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, chosen, 0.0)
+
+
+@dataclass
+class _Row:
+    index: int  # position in the caller's list
+    budget: int
+    generator: torch.Generator | None
+    ids: list[int] = field(default_factory=list)
+
+
+def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eos_token_ids: list[int],
+                   pad_token_id: int, sampling: Sampling, stream: str = "", batch_size: int = 64,
+                   decode_slice: int = DECODE_SLICE) -> list[list[int]]:
+    """Generated ids of each context: up to and including its first eos, at most its budget.
+
+    Args:
+        model: a causal LM with ``generate`` (eval mode, no grad: the caller's job).
+        contexts: token ids the model continues (a prompt, or prompt + completion + tool turn).
+        budgets: new tokens allowed per context (0: nothing is generated).
+        eos_token_ids: ids that end a turn.
+        sampling: `Sampling`; ``stream`` enters the per-row seeds (`row_seed`).
+    """
+    if len(contexts) != len(budgets):
+        raise ValueError("generate_turns: one budget per context")
+    if min(batch_size, decode_slice) < 1:
+        raise ValueError("generate_turns: batch_size and decode_slice must be >= 1")
+    device = next(model.parameters()).device
+    seen: dict[tuple[int, ...], int] = {}
+    queue: deque[_Row] = deque()
+    for i, (context, budget) in enumerate(zip(contexts, budgets)):
+        if not context:
+            raise ValueError(f"generate_turns: context {i} is empty")
+        occurrence = seen.get(tuple(context), 0)
+        seen[tuple(context)] = occurrence + 1
+        generator = None
+        if sampling.do_sample:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(row_seed(sampling.seed, stream, context, occurrence))
+        if budget > 0:
+            queue.append(_Row(i, budget, generator))
+    sampler = RowSampler(sampling) if sampling.do_sample else None
+    processors = LogitsProcessorList([sampler] if sampler is not None else [])
+    eos = set(eos_token_ids)
+    base = GenerationConfig(do_sample=False, eos_token_id=list(eos_token_ids), pad_token_id=pad_token_id,
+                            use_cache=True, return_dict_in_generate=True)
+    configs: dict[int, GenerationConfig] = {}
+    results: list[list[int]] = [[] for _ in contexts]
+    rows: list[_Row] = []
+    batch: KVBatch | None = None
+    while queue or rows:
+        if queue and len(rows) < batch_size:
+            joining = [queue.popleft() for _ in range(min(batch_size - len(rows), len(queue)))]
+            part = prefill(model, [contexts[row.index] for row in joining], pad_token_id)
+            batch = part if batch is None else merge(model, batch, part, pad_token_id)
+            rows += joining
+        steps = min(decode_slice, min(row.budget - len(row.ids) for row in rows))
+        if steps not in configs:
+            configs[steps] = copy.deepcopy(base)
+            configs[steps].max_new_tokens = steps
+        if sampler is not None:
+            sampler.generators = [row.generator for row in rows]
+        output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
+                                generation_config=configs[steps], logits_processor=processors)
+        width = batch.ids.shape[1]
+        generated = output.sequences[:, width:].tolist()  # (B, n <= steps), pads after an eos
+        keep, last = [], []
+        for i, (row, new) in enumerate(zip(rows, generated)):
+            end = next((j for j, token in enumerate(new) if token in eos), None)
+            row.ids += new if end is None else new[:end + 1]
+            if end is not None or len(row.ids) >= row.budget:
+                results[row.index] = row.ids
+                continue
+            keep.append(i)
+            last.append(new[-1])  # not in the cache yet: the row's next input
+        rows = [rows[i] for i in keep]
+        if not rows:
+            batch = None
+            continue
+        index = torch.tensor(keep, device=batch.ids.device)
+        if output.cache is not None:
+            output.cache.batch_select_indices(index)
+        columns = len(generated[0])
+        new_ids = torch.tensor(last, device=index.device)[:, None]
+        ids = torch.cat([output.sequences[index, :-1], new_ids], 1)
+        mask = torch.cat([batch.mask[index], torch.ones((len(keep), columns), dtype=batch.mask.dtype,
+                                                        device=index.device)], 1)
+        batch = compact(KVBatch(ids, mask, output.cache, 1))
+    return results

@@ -1,0 +1,133 @@
+"""``rollout.engine: minimind`` (minimind_trl.envs.generation) against TRL's own generation, inside
+TRL's tool loop: the same ids, masks, completions and records, greedy; reproducible sampling."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from datasets import Dataset
+from test_rollout import SCRIPTS, make_task, scripted  # tests/ is on sys.path
+
+from minimind_trl.envs.environment import make_environment_class
+from minimind_trl.envs.generation import Sampling, generate_turns
+from minimind_trl.envs.tools import default_registry
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+KEYS = ("[call]", "[think]", "[hostile]", "[loop]", "[malformed]", "free")  # "free": unscripted
+
+
+class Recording(MiniMindToolGRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        self.last_batch = super()._generate_and_score_completions(inputs)
+        self.last_records = [env.record for env in self.environments]
+        return self.last_batch
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def make_trainer(tmp_path, tokenizer, engine, moe=False, max_completion_length=1024, greedy=True, seed=0):
+    registry = default_registry()
+    rows = []
+    for i, key in enumerate(KEYS):
+        task = make_task(registry, f"{key} compute it", f"t{i}")
+        rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key,
+                     "open_thinking": key == "[think]"})
+    args = MiniMindGRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=12, num_generations=2,
+        max_completion_length=max_completion_length, max_tool_calling_iterations=2, max_steps=1,
+        num_iterations=1, learning_rate=1e-4, bf16=False, gradient_checkpointing=False, use_cpu=True,
+        report_to=[], save_strategy="no", seed=seed, disable_tqdm=True, rollout_engine=engine,
+        generation_kwargs={"do_sample": False} if greedy else None)
+    torch.manual_seed(0)
+    model = scripted(MiniMindForCausalLM(get_preset("tiny-moe" if moe else "tiny")), tokenizer)
+    return Recording(model=model, args=args, processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
+                     reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                     environment_factory=make_environment_class(registry, 2))
+
+
+def rollout_of(trainer):
+    """Per row: (prompt ids, completion ids, tool mask, record) of the trainer's one rollout."""
+    batch = trainer.last_batch
+    out = []
+    for i in range(len(trainer.last_records)):
+        keep = batch["completion_mask"][i].bool()
+        out.append((batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist(),
+                    batch["completion_ids"][i][keep].tolist(), batch["tool_mask"][i][keep].tolist(),
+                    trainer.last_records[i]))
+    return out
+
+
+@pytest.mark.parametrize("moe,length", [(False, 1024), (True, 1024), (False, 40)],
+                         ids=["dense", "moe", "dense-truncated-at-40"])
+def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokenizer, moe, length):
+    """0-2 tool rounds, a pending call at the cap, TRL's error observations for unknown tools,
+    malformed calls, an unscripted row, and (40) completions cut by max_completion_length with
+    tool results rolled back: every id, mask bit and record field equal."""
+    runs, calls = {}, []
+    for engine in ("trl", "minimind"):
+        trainer = make_trainer(tmp_path / engine, tokenizer, engine, moe=moe, max_completion_length=length)
+        if engine == "minimind":
+            real = trainer._generate_single_turn  # check that the engine is the one generating
+            trainer._generate_single_turn = lambda *a, **k: calls.append(len(a[0])) or real(*a, **k)
+        trainer.train()
+        runs[engine] = rollout_of(trainer)
+    assert calls[0] == 12 and len(calls) >= (2 if length == 1024 else 1)  # first turns, post-tool turns
+    assert len(runs["trl"]) == 12
+    for trl_row, ours in zip(runs["trl"], runs["minimind"]):
+        assert ours == trl_row
+    records = [row[3] for row in runs["trl"]]
+    if length == 1024:
+        assert any(r.pending_call for r in records) and any(r.failed_calls for r in records)
+        assert any(r.malformed_calls for r in records) and any(r.finished and r.valid_calls for r in records)
+    else:
+        assert any(r.truncated for r in records) and all(len(row[1]) <= 40 for row in runs["trl"])
+
+
+def test_sampled_rollouts_repeat_with_the_seed_and_change_with_it(tmp_path, tokenizer):
+    rollouts = []
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        trainer = make_trainer(tmp_path / name, tokenizer, "minimind", greedy=False, seed=seed)
+        trainer.train()
+        rollouts.append([row[1] for row in rollout_of(trainer)])
+    assert rollouts[0] == rollouts[1]
+    assert rollouts[0] != rollouts[2]
+    free = [ids for ids, key in zip(rollouts[0], [k for k in KEYS for _ in range(2)]) if key == "free"]
+    assert free[0] != free[1]  # the two samples of one prompt differ (their own streams)
+
+
+def test_generate_turns_does_not_depend_on_batching(tokenizer):
+    """Per-row streams: the same contexts give the same samples whatever the batch size and slice."""
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(get_preset("tiny")).eval()
+    g = torch.Generator().manual_seed(0)
+    contexts = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (5, 9, 9, 14, 3)]
+    contexts.append(list(contexts[1]))  # a repeated context gets its own stream (occurrence 1)
+    budgets = [12, 7, 7, 20, 1, 7]
+    sampling = Sampling(do_sample=True, temperature=0.9, top_k=50, top_p=0.95, seed=5)
+    with torch.no_grad():
+        whole = generate_turns(model, contexts, budgets, [2], 0, sampling, stream="s")
+        sliced = generate_turns(model, contexts, budgets, [2], 0, sampling, stream="s", batch_size=2,
+                                decode_slice=3)
+        other = generate_turns(model, contexts, budgets, [2], 0, sampling, stream="t")
+        greedy = generate_turns(model, contexts, budgets, [2], 0, Sampling(do_sample=False), batch_size=2)
+        reference = [model.generate(torch.tensor([c]), max_new_tokens=b, do_sample=False, eos_token_id=2,
+                                    pad_token_id=0)[0, len(c):].tolist() for c, b in zip(contexts, budgets)]
+    assert whole == sliced and whole != other
+    assert all(len(ids) <= b for ids, b in zip(whole, budgets)) and whole[1] != whole[5]
+    assert greedy == [ids[:ids.index(2) + 1] if 2 in ids else ids for ids in reference]
+
+
+def test_minimind_engine_refuses_settings_it_does_not_implement(tmp_path):
+    with pytest.raises(ValueError, match="rollout.engine: trl"):
+        MiniMindGRPOConfig(output_dir=str(tmp_path), rollout_engine="minimind", repetition_penalty=1.1,
+                           use_cpu=True, report_to=[], bf16=False, num_generations=2,
+                           per_device_train_batch_size=2)
