@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-SCRIPTS = ("rollout", "update", "mfu", "step_breakdown", "policy_pass")
+SCRIPTS = ("rollout", "update", "mfu", "step_breakdown", "policy_pass", "rl_step")
 
 DRIVER = """
 import contextlib, io, sys
@@ -61,3 +61,8 @@ def test_benchmarks_quick_write_json(tmp_path):
     policy_pass = results["policy_pass"]["results"]
     assert policy_pass and all(r["plain"]["update_s"] > 0 and r["shared"]["update_s"] > 0 for r in policy_pass)
     assert all(r["max_abs_logp_difference"] < 1e-4 for r in policy_pass)  # the two passes agree
+
+    rl_step = results["rl_step"]["results"]
+    assert set(rl_step) == {"before", "after"}  # --quick: the two ends
+    for name in ("before", "after"):
+        assert rl_step[name]["per_rollout"]["measured"] > 0 and rl_step[name]["per_rollout"]["update"] > 0

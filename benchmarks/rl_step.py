@@ -1,0 +1,134 @@
+"""The whole RL step before and after: TRL's generation and pass vs the minimind engine and the
+prefix-shared pass, in one run, on one recipe and start (default: the demo recipe).
+
+What is measured
+----------------
+``benchmarks/step_breakdown.py`` trains the recipe for ``--steps`` optimizer steps once per
+configuration (same recipe, model, data, seed):
+
+* ``before``        ``rollout.engine: trl``, ``training.prefix_sharing: false`` (TRL's padded
+                    ``generate`` in its tool loop; one padded row per trajectory in every pass);
+* ``shared``        ``rollout.engine: trl``, ``training.prefix_sharing: true``;
+* ``after``         ``rollout.engine: minimind``, ``training.prefix_sharing: true`` (the defaults);
+* ``trl_cb``        ``rollout.engine: trl`` with ``training.use_transformers_continuous_batching``
+                    (transformers' continuous batching as TRL drives it), prefix sharing on; its
+                    failure, if it does not run here, is recorded.
+
+Per rollout (K steps share one rollout): ``rollout`` (generation, tool calls, rewards: the
+trainer's ``rollout_seconds``), ``old_logp`` (the frozen replay) and ``update`` (the K updates'
+forward + backward), and the measured wall time of the K steps; the first rollout is a warm-up and
+left out when there are two or more. Speed-ups are against ``before``.
+
+Usage (the demo's start): ``python benchmarks/rl_step.py --recipe recipes/demo/rl.yaml --set
+model.path=runs/demo/runs/sft/final --set data.path=runs/demo/data/splits --set
+tokenizer.path=runs/demo/tokenizer --steps 8``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import environment, print_table, print_targets, write_json  # noqa: E402
+
+CONFIGS = {
+    "before": ["rollout.engine=trl", "training.prefix_sharing=false"],
+    "shared": ["rollout.engine=trl", "training.prefix_sharing=true"],
+    "after": ["rollout.engine=minimind", "training.prefix_sharing=true"],
+    "trl_cb": ["rollout.engine=trl", "training.prefix_sharing=true", "training.use_transformers_continuous_batching=true"],
+}
+TARGET_ROLLOUT = 3.0  # training rollout, minimind engine vs TRL's loop
+TARGET_STEP = 2.0  # whole RL step, after vs before
+
+
+def per_rollout(steps: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Sum each phase per rollout; the mean over rollouts after the first (when there are two)."""
+    rollouts: dict[int, dict[str, float]] = {}
+    for step in steps:
+        acc = rollouts.setdefault(step["rollout_index"], {"rollout": 0.0, "reward": 0.0, "old_logp": 0.0,
+                                                          "update": 0.0, "measured": 0.0})
+        for key in acc:
+            acc[key] += step[key]
+    if not rollouts:
+        return None
+    kept = sorted(rollouts)[1:] if len(rollouts) > 1 else sorted(rollouts)
+    mean = {key: sum(rollouts[r][key] for r in kept) / len(kept) for key in rollouts[kept[0]]}
+    mean["rollout"] += mean.pop("reward")  # the trainer's rollout_seconds: generation + tools + rewards
+    mean["rollouts_averaged"] = len(kept)
+    return mean
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--recipe", default="recipes/demo/rl.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per configuration")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--quick", action="store_true", help="the smoke recipe, 2 steps: checks that it runs")
+    args = parser.parse_args(argv)
+    import step_breakdown
+
+    names = [n for n in args.configs.split(",") if n]
+    if args.quick:
+        names = [n for n in names if n in ("before", "after")]
+    results: dict[str, Any] = {}
+    for name in names:
+        argv_one = ["--steps", str(args.steps), "--device", "cpu"] if not args.quick else ["--quick"]
+        if not args.quick:
+            argv_one += ["--recipe", args.recipe]
+        if args.threads:
+            argv_one += ["--threads", str(args.threads)]
+        for item in [*args.overrides, *CONFIGS[name]]:
+            argv_one += ["--set", item]
+        try:
+            out = step_breakdown.main(argv_one)
+        except Exception as error:  # noqa: BLE001 - a configuration that does not run is a result
+            results[name] = {"error": f"{type(error).__name__}: {error}"}
+            continue
+        results[name] = {"per_rollout": per_rollout(out["steps"]), "steps": out["steps"],
+                         "training_wall_s": out["training_wall_s"]}
+    base = (results.get("before") or {}).get("per_rollout")
+    rows, targets = [], []
+    for name in names:
+        mean = (results[name] or {}).get("per_rollout")
+        if mean is None:
+            rows.append([name, results[name].get("error", "no steps")[:60], None, None, None, None, None])
+            continue
+        speedup = base["measured"] / mean["measured"] if base else None
+        rows.append([name, mean["rollout"], mean["old_logp"], mean["update"], mean["measured"], speedup,
+                     base["rollout"] / mean["rollout"] if base else None])
+    print_table("Per rollout (K optimizer steps; seconds; first rollout left out as warm-up when possible)",
+                ["config", "rollout", "old_logp", "updates", "measured", "step speed-up", "rollout speed-up"], rows)
+    after = (results.get("after") or {}).get("per_rollout")
+    trl = (results.get("shared") or {}).get("per_rollout") or base
+    if after and trl:
+        ratio = trl["rollout"] / after["rollout"]
+        targets.append({"name": "training rollout: minimind engine vs TRL's loop", "measured": f"{ratio:.2f}x",
+                        "target": f">= {TARGET_ROLLOUT:g}x", "pass": None if args.quick else ratio >= TARGET_ROLLOUT})
+    if after and base:
+        ratio = base["measured"] / after["measured"]
+        targets.append({"name": "whole RL step: after vs before", "measured": f"{ratio:.2f}x",
+                        "target": f">= {TARGET_STEP:g}x", "pass": None if args.quick else ratio >= TARGET_STEP})
+    print_targets(targets)
+    payload = {"benchmark": "rl_step", "quick": args.quick, "environment": environment(_cpu()),
+               "settings": {k: v for k, v in vars(args).items() if k != "output"}, "configs": CONFIGS,
+               "results": results, "targets": targets}
+    write_json(args.output, payload)
+    return payload
+
+
+def _cpu():
+    import torch
+
+    return torch.device("cpu")
+
+
+if __name__ == "__main__":
+    main()
