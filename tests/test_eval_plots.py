@@ -6,9 +6,21 @@ import pytest
 
 from minimind_trl.eval.cli import plot_main
 from minimind_trl.eval.errors import EvalError
-from minimind_trl.eval.plots import plot_runs, plot_summary
+from minimind_trl.eval.plots import FIGURES, plot_runs, plot_summary
+from minimind_trl.trainer.moe import finalize_counts
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def moe_figures(flips: int) -> dict:
+    """What finalize_counts turns a 2-layer, 4-expert step's summed router counts into."""
+    sums = {}
+    for layer in (0, 1):
+        p = f"moe.{layer}."
+        sums.update({p + "tokens": 10.0, p + "entropy_sum": 12.0, p + "flips": float(flips), p + "flip_tokens": 8.0})
+        sums.update({f"{p}assign.{e}": float(e + 1) for e in range(4)})
+        sums.update({f"{p}prob_sum.{e}": 2.5 for e in range(4)})
+    return finalize_counts(sums, 4)
 
 
 def write_metrics(run_dir, k=2, rollouts=4, moe=False):
@@ -24,9 +36,8 @@ def write_metrics(run_dir, k=2, rollouts=4, moe=False):
                 "kl": 0.001 * r, "grad_norm": 1.0 / (1 + r), "completion_length_mean": 40 + r,
                 "tool_calls_per_traj": 1.0 + 0.1 * r, "loss": -0.1 * r, "lr": 1e-5, "note": "text is ignored",
             }
-            if moe:
-                row.update({"router/layer0/load_imbalance": 1.2, "router/layer1/load_imbalance": 1.1,
-                            "router_flip_rate": 0.03 * u})
+            if moe:  # the trainer's own MoE figures (names from minimind_trl.trainer.moe)
+                row.update({"aux_loss": 2.0, **moe_figures(flips=u)})
             rows.append(row)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     return run_dir
@@ -38,7 +49,7 @@ def test_plot_runs_writes_non_empty_pngs(tmp_path):
     names = {p.name for p in written}
     assert {"reward.png", "task_success.png", "ratio.png", "clip_fraction.png", "kl.png", "grad_norm.png",
             "completion_length.png", "tool_calls.png", "router_load.png", "router_flip.png", "loss.png",
-            "learning_rate.png", "by_update.png"} <= names
+            "learning_rate.png", "by_update.png", "aux_loss.png", "router_entropy.png"} <= names
     for p in written:
         data = p.read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 2000, p
@@ -77,3 +88,14 @@ def test_plot_cli_runs(tmp_path):
     run = write_metrics(tmp_path / "run", k=3)
     assert plot_main(["--runs", str(run), "--output-dir", str(tmp_path / "fig")]) == 0
     assert (tmp_path / "fig" / "by_update.png").stat().st_size > 2000
+
+
+def test_moe_figures_take_the_trainers_keys_and_only_them():
+    keys = [k for k, v in moe_figures(flips=1).items() if isinstance(v, float)] + ["aux_loss", "entropy",
+                                                                                    "policy_loss", "loss"]
+    drawn = {name: sorted(k for k in keys if pattern.search(k)) for name, _, pattern in FIGURES}
+    assert drawn["router_load"] == ["moe/layer0/imbalance", "moe/layer1/imbalance", "moe/max_imbalance"]
+    assert drawn["router_entropy"] == ["moe/layer0/router_entropy", "moe/layer1/router_entropy"]
+    assert drawn["router_flip"] == ["moe/flip_rate", "moe/layer0/flip_rate", "moe/layer1/flip_rate"]
+    assert drawn["aux_loss"] == ["aux_loss", "moe/layer0/aux_loss", "moe/layer1/aux_loss"]
+    assert drawn["entropy"] == ["entropy"] and drawn["loss"] == ["loss", "policy_loss"]  # no router key

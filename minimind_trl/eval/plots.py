@@ -11,12 +11,14 @@ keys is present in some run; every matching key of every run becomes one line:
     clip_fraction.png      clip_fraction*
     kl.png                 kl, kl_*
     grad_norm.png          grad_norm
-    loss.png               loss, *_loss
-    entropy.png            *entropy*
+    loss.png               loss, policy_loss (and other *_loss outside moe/)
+    entropy.png            entropy (the policy's; not the router's)
     completion_length.png  *length*
-    tool_calls.png         tool_* (e.g. tool_calls_per_traj)
-    router_load.png        router/layer{i}/load_imbalance
-    router_flip.png        *flip_rate*
+    tool_calls.png         tool_* (e.g. tool_calls_per_trajectory)
+    aux_loss.png           aux_loss, moe/layer{i}/aux_loss          (MoE: the trainer's names,
+    router_load.png        moe/layer{i}/imbalance, moe/max_imbalance  minimind_trl.trainer.moe)
+    router_entropy.png     moe/layer{i}/router_entropy
+    router_flip.png        moe/flip_rate, moe/layer{i}/flip_rate
     learning_rate.png      lr, learning_rate
     by_update.png          ratio_* and clip_fraction* averaged per update index (needs `update`)
 
@@ -50,12 +52,15 @@ FIGURES: list[tuple[str, str, re.Pattern]] = [
     ("clip_fraction", "Clip fraction", re.compile(r"^clip_fraction")),
     ("kl", "KL to reference", re.compile(r"^kl(_.*)?$")),
     ("grad_norm", "Gradient norm", re.compile(r"^grad_norm$")),
-    ("loss", "Loss", re.compile(r"^loss$|_loss$")),
-    ("entropy", "Entropy", re.compile(r"entropy")),
+    ("loss", "Loss", re.compile(r"^loss$|^(?!moe/)(?!aux_loss$).*_loss$")),
+    ("entropy", "Entropy", re.compile(r"^(?!moe/).*entropy")),
     ("completion_length", "Response length (tokens)", re.compile(r"length")),
     ("tool_calls", "Tool calls", re.compile(r"^tool_")),
-    ("router_load", "MoE router load imbalance", re.compile(r"^router/layer\d+/load_imbalance$")),
-    ("router_flip", "MoE router flip rate", re.compile(r"flip_rate")),
+    ("aux_loss", "MoE aux loss (unweighted)", re.compile(r"^aux_loss$|^moe/layer\d+/aux_loss$")),
+    ("router_load", "MoE router load imbalance (max / mean load)",
+     re.compile(r"^moe/(layer\d+/imbalance|max_imbalance)$")),
+    ("router_entropy", "MoE router entropy (nats)", re.compile(r"^moe/layer\d+/router_entropy$")),
+    ("router_flip", "MoE routing flip rate (old pass vs update)", re.compile(r"^moe/(layer\d+/)?flip_rate$")),
     ("learning_rate", "Learning rate", re.compile(r"^(lr|learning_rate)$")),
 ]
 _BY_UPDATE = re.compile(r"^ratio_(mean|min|max)$|^clip_fraction")
