@@ -209,3 +209,42 @@ def test_scripted_records_and_pass_at_k(model, tokenizer_dir):
     assert sampled[0]["pass_at_k"] == {"1": 1.0, "2": 1.0} and sampled[1]["pass_at_k"] == {"1": 0.0, "2": 0.0}
     metrics = compute_metrics(sampled, pass_k=[1, 2])
     assert metrics["pass@1"] == pytest.approx((pass_at_k(3, 3, 1) + pass_at_k(3, 0, 1)) / 2) == 0.5
+
+
+PLUGIN = str(Path(__file__).resolve().parents[1] / "plugins" / "example_tool.py")
+INTEREST = ('<tool_call>\n{"name": "compound_interest", "arguments": {"principal": 100, "annual_rate_percent": 10, '
+            '"years": 2}}\n</tool_call>')
+
+
+def test_a_run_is_evaluated_with_the_tools_it_trained_with(tmp_path, model, tokenizer_dir, split_dir, hub_ckpt):
+    """A checkpoint inside a GRPO run folder: the run's rollout.tools (a plugin) and tool_names are
+    the evaluation's tools; the built-ins alone answer 'Tool compound_interest not found'."""
+    import shutil
+
+    from minimind_trl.eval.runner import run_tools
+
+    from test_rollout import scripted  # forces replies longer than one decode slice
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    task = _task("[interest]", "c")
+    copy = MiniMindForCausalLM(model.config)
+    copy.load_state_dict(model.state_dict())
+    policy = scripted(copy.eval(), tokenizer, {"[interest]": [INTEREST, "It is 121."]})
+    plugin_only = EvalSettings(batch_size=1, max_new_tokens=200, max_tool_turns=1, tools=(PLUGIN,))
+    (ours,) = evaluate_tasks(policy, tokenizer, [task], plugin_only, progress=False)
+    (builtins,) = evaluate_tasks(policy, tokenizer, [task], EvalSettings(batch_size=1, max_new_tokens=200,
+                                                                          max_tool_turns=1), progress=False)
+    assert ours["observations"] == ['{"result": "121"}']
+    assert builtins["observations"] == ["{'error': 'Tool compound_interest not found.'}"]
+
+    run = tmp_path / "run"
+    shutil.copytree(hub_ckpt, run / "final")
+    recipe = {"kind": "grpo", "rollout": {"tools": [PLUGIN], "tool_names": ["calculate_math", "compound_interest"]}}
+    (run / "manifest.json").write_text(json.dumps({"recipe": recipe}))
+    assert run_tools(run / "final") == ((PLUGIN,), ("calculate_math", "compound_interest"))
+    assert run_tools(hub_ckpt) is None  # not inside a run folder
+    out = run_evaluation(run / "final", split_dir, tmp_path / "eval", settings=SETTINGS, progress=False)
+    decoding = json.loads((out / "eval_manifest.json").read_text())["decoding"]
+    assert decoding["tools"] == [PLUGIN] and decoding["tool_names"] == ["calculate_math", "compound_interest"]
+    with pytest.raises(EvalError, match="unknown tool"):
+        evaluate_tasks(model, tokenizer, [task], EvalSettings(tool_names=("nope",)), progress=False)

@@ -42,9 +42,26 @@ def default_registry(plugins: list[str] | tuple[str, ...] = (), timeout_s: float
     return registry
 
 
+def run_registry(plugins: list[str] | tuple[str, ...] = (), tool_names: list[str] | tuple[str, ...] | None = None,
+                 timeout_s: float = 1.0) -> ToolRegistry:
+    """The tools of a run (a recipe's ``rollout.tools`` and ``rollout.tool_names``): the built-ins
+    plus ``plugins``, narrowed to ``tool_names`` when given (unknown names raise ValueError). Training
+    and evaluation build their registry here, so a run is evaluated with the tools it trained with."""
+    registry = default_registry(plugins=plugins, timeout_s=timeout_s)
+    if tool_names is None:
+        return registry
+    unknown = [name for name in tool_names if name not in registry]
+    if unknown:
+        raise ValueError(f"unknown tool(s) {unknown}; known: {registry.names()}")
+    subset = ToolRegistry(timeout_s=registry.timeout_s)
+    for name in tool_names:
+        subset.register(registry.spec(name).func, name=name)
+    return subset
+
+
 __all__ = [
     "BUILTIN_TOOLS", "DEFAULT_TOOL_NAMES", "EXCHANGE_RATES", "TEMPERATURE_UNITS", "UNIT_ALIASES",
     "UNIT_FACTORS", "ToolCallParse", "ToolError", "ToolRegistry", "ToolSpec", "convert_units",
     "default_registry", "evaluate_expression", "exchange_rate", "format_number",
-    "parse_tool_calls",
+    "parse_tool_calls", "run_registry",
 ]

@@ -63,6 +63,11 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--num-samples", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--sample-seed", type=int, default=0)
+    parser.add_argument("--tools", action="append", default=[], metavar="PLUGIN",
+                        help="tool plugin beyond the built-ins (repeatable; default: the run's rollout.tools when "
+                             "the checkpoint is in a run folder)")
+    parser.add_argument("--tool-names", default=None,
+                        help="comma-separated tools to offer (default: the run's rollout.tool_names, else all)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
 
@@ -72,7 +77,8 @@ def eval_main(argv: list[str]) -> int:
         settings = EvalSettings(
             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, max_tool_turns=args.max_tool_turns,
             open_thinking=args.open_thinking, pass_k=tuple(args.pass_k or ()), num_samples=args.num_samples,
-            temperature=args.temperature, sample_seed=args.sample_seed, limit=args.limit,
+            temperature=args.temperature, sample_seed=args.sample_seed, limit=args.limit, tools=tuple(args.tools),
+            tool_names=None if args.tool_names is None else tuple(n for n in args.tool_names.split(",") if n),
         )
         out = run_evaluation(
             checkpoint=args.checkpoint, split_dir=args.split_dir, output_dir=args.output_dir, split=args.split,

@@ -2,7 +2,8 @@
 
 Pipeline: resolve and hash the checkpoint (:mod:`.checkpoints`), load the split folder with
 ``datasets`` (file hashes checked against its manifest), roll every question out **greedily**
-through the same tool environment (`minimind_trl.envs.rollout.rollout`, default tool registry)
+through the same tool environment (`minimind_trl.envs.rollout.rollout`; the tools of the run that
+trained the checkpoint, when it comes from a run folder, see :func:`run_tools`, else the built-ins)
 and score it with the same verifier as the training reward
 (`minimind_trl.rewards.evaluate_completion` on the completion text). Optionally sample
 ``num_samples`` trajectories per question at ``temperature`` and report the unbiased pass@k.
@@ -21,8 +22,9 @@ No time stamps are recorded: evaluating the same checkpoint twice gives identica
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from minimind_trl.eval.checkpoints import CheckpointInfo, load_eval_tokenizer, load_model, resolve_checkpoint
@@ -47,6 +49,8 @@ class EvalSettings:
     temperature: float = 0.8
     sample_seed: int = 0
     limit: int | None = None
+    tools: tuple[str, ...] = ()  # tool plugins beyond the built-ins (a run's rollout.tools)
+    tool_names: tuple[str, ...] | None = None  # the tools offered (a run's rollout.tool_names); None: all
 
     def validate(self) -> None:
         if self.batch_size < 1 or self.max_new_tokens < 1 or self.max_tool_turns < 0:
@@ -117,11 +121,15 @@ def evaluate_tasks(model, tokenizer, tasks: list[dict], settings: EvalSettings, 
                    progress: bool = True) -> list[dict]:
     """Greedy records for ``tasks`` (plus sampled pass@k when ``settings.pass_k``)."""
     from minimind_trl.envs.rollout import rollout
-    from minimind_trl.envs.tools import default_registry
+    from minimind_trl.envs.tools import run_registry
     from minimind_trl.rewards import evaluate_completion
 
     settings.validate()
-    registry = registry or default_registry()
+    if registry is None:
+        try:
+            registry = run_registry(settings.tools, settings.tool_names)
+        except (ValueError, ImportError, OSError) as error:
+            raise EvalError(f"tools: {error}") from None
     common = dict(max_tool_turns=settings.max_tool_turns, max_new_tokens=settings.max_new_tokens,
                   batch_size=settings.batch_size, open_thinking=settings.open_thinking, progress=progress)
     greedy = rollout(model, tokenizer, tasks, registry, do_sample=False, num_samples=1, **common)
@@ -180,6 +188,23 @@ def _versions() -> dict:
             "datasets": datasets.__version__, "evaluate": evaluate.__version__}
 
 
+def run_tools(checkpoint: str | os.PathLike) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
+    """(``rollout.tools``, ``rollout.tool_names``) of the GRPO run whose folder holds ``checkpoint``
+    (``RUN/final`` or a ``RUN/checkpoint-N``, by the run's ``manifest.json``), else None."""
+    manifest = Path(checkpoint).parent / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        recipe = json.loads(manifest.read_text(encoding="utf-8")).get("recipe") or {}
+    except (ValueError, OSError) as error:
+        raise EvalError(f"{manifest}: not a readable run manifest ({error})") from None
+    rollout = recipe.get("rollout") if recipe.get("kind") == "grpo" else None
+    if not isinstance(rollout, dict):
+        return None
+    names = rollout.get("tool_names")
+    return tuple(rollout.get("tools") or ()), None if names is None else tuple(names)
+
+
 def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, output_dir: str | os.PathLike,
                    split: str = "test", preset: str | None = None, tokenizer_path: str | os.PathLike | None = None,
                    settings: EvalSettings = EvalSettings(), device: str = "cpu", progress: bool = True) -> Path:
@@ -187,6 +212,9 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
     out = Path(output_dir)
     _check_output_dir(out)
     settings.validate()
+    trained_with = run_tools(checkpoint)
+    if trained_with is not None and not settings.tools and settings.tool_names is None:
+        settings = replace(settings, tools=trained_with[0], tool_names=trained_with[1])
     info: CheckpointInfo = resolve_checkpoint(checkpoint, preset)
     tasks, split_info = load_split_tasks(split_dir, split)
     if settings.limit is not None:

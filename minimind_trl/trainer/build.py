@@ -201,19 +201,12 @@ def grpo_config(recipe: dict, run_dir: str, processes: int):
 
 def build_registry(rollout: dict):
     """The default tools plus ``rollout.tools`` plugins, restricted to ``rollout.tool_names`` if given."""
-    from minimind_trl.envs.tools import ToolRegistry, default_registry
+    from minimind_trl.envs.tools import run_registry
 
-    registry = default_registry(plugins=rollout["tools"])
-    names = rollout["tool_names"]
-    if names is None:
-        return registry
-    unknown = [name for name in names if name not in registry]
-    if unknown:
-        raise RecipeError(f"recipe: rollout.tool_names: unknown tool(s) {unknown}; known: {registry.names()}")
-    subset = ToolRegistry(timeout_s=registry.timeout_s)
-    for name in names:
-        subset.register(registry.spec(name).func, name=name)
-    return subset
+    try:
+        return run_registry(rollout["tools"], rollout["tool_names"])
+    except ValueError as error:
+        raise RecipeError(f"recipe: rollout.tool_names: {error}") from None
 
 
 def sft_config(recipe: dict, run_dir: str):
