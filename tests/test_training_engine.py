@@ -72,15 +72,24 @@ def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokeni
     """0-2 tool rounds, a pending call at the cap, TRL's error observations for unknown tools,
     malformed calls, an unscripted row, and (40) completions cut by max_completion_length with
     tool results rolled back: every id, mask bit and record field equal."""
-    runs, calls = {}, []
+    runs, calls, hits = {}, [], []
     for engine in ("trl", "minimind"):
         trainer = make_trainer(tmp_path / engine, tokenizer, engine, moe=moe, max_completion_length=length)
         if engine == "minimind":
             real = trainer._generate_single_turn  # check that the engine is the one generating
-            trainer._generate_single_turn = lambda *a, **k: calls.append(len(a[0])) or real(*a, **k)
+
+            def counted(*a, real=real, trainer=trainer, **k):
+                calls.append(len(a[0]))
+                out = real(*a, **k)
+                hits.append(trainer._turn_cache.hits)
+                return out
+
+            trainer._generate_single_turn = counted
         trainer.train()
         runs[engine] = rollout_of(trainer)
     assert calls[0] == 12 and len(calls) >= (2 if length == 1024 else 1)  # first turns, post-tool turns
+    if length == 1024:
+        assert hits and hits[-1] > 0  # later turns resumed their rows' keys and values
     assert len(runs["trl"]) == 12
     for trl_row, ours in zip(runs["trl"], runs["minimind"]):
         assert ours == trl_row
@@ -131,3 +140,23 @@ def test_minimind_engine_refuses_settings_it_does_not_implement(tmp_path):
         MiniMindGRPOConfig(output_dir=str(tmp_path), rollout_engine="minimind", repetition_penalty=1.1,
                            use_cpu=True, report_to=[], bf16=False, num_generations=2,
                            per_device_train_batch_size=2)
+
+
+def test_a_resumed_turn_equals_a_fresh_encoding(tokenizer):
+    """With a TurnCache, the next turn of a row feeds only its new ids and generates what a fresh
+    encoding of the whole context generates (greedy), for rows resumed from different widths."""
+    from minimind_trl.envs.generation import TurnCache
+
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(get_preset("tiny")).eval()
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (6, 11, 11, 4)]
+    greedy, cache = Sampling(do_sample=False), TurnCache()
+    with torch.no_grad():
+        first = generate_turns(model, prompts, [9, 5, 13, 7], [2], 0, greedy, batch_size=3, decode_slice=4,
+                               cache=cache)
+        suffixes = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (3, 8, 1, 5)]
+        second = [p + f + s for p, f, s in zip(prompts, first, suffixes)]
+        resumed = generate_turns(model, second, [8] * 4, [2], 0, greedy, batch_size=3, decode_slice=4, cache=cache)
+        fresh = generate_turns(model, second, [8] * 4, [2], 0, greedy, batch_size=3, decode_slice=4)
+    assert cache.hits == 4 and resumed == fresh

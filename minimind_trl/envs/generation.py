@@ -9,6 +9,9 @@ followed by its cut at the first eos and at ``max_completion_length``:
 * contexts are encoded without repeats (`minimind_trl.envs.kv_batch.prefill`: identical contexts
   once, the prefix all share once, each cluster's prefix once) and decode ``decode_slice`` tokens
   per ``generate`` call; rows that end make room for queued ones (no row waits for the longest);
+* with a `TurnCache` (one per rollout), every finished row keeps its keys and values, and a later
+  context that extends one (its prompt + completion + the tool turn TRL appended) feeds only the
+  new ids: nothing of a trajectory is encoded twice across turns;
 * sampling draws each row's tokens from its own ``torch.Generator``, seeded from the run seed,
   the rollout step, the context ids and the context's occurrence number in the call, so a
   trajectory does not depend on which rows share its batch (batch size, accumulation, engine
@@ -33,7 +36,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from minimind_trl.envs.kv_batch import KVBatch, compact, merge, prefill
+from minimind_trl.envs.kv_batch import KVBatch, cache_from_tensors, cache_tensors, compact, merge, prefill
 
 DECODE_SLICE = 32
 """Tokens per ``generate`` call (see `minimind_trl.envs.rollout.DECODE_SLICE`)."""
@@ -88,11 +91,63 @@ class _Row:
     budget: int
     generator: torch.Generator | None
     ids: list[int] = field(default_factory=list)
+    resume: KVBatch | None = None  # a stored row this context extends, with its new ids pending
+
+
+@dataclass
+class _Stored:
+    ids: torch.Tensor  # (1, W) the row's columns (pads inside), all in the cache
+    mask: torch.Tensor  # (1, W)
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (1, H, W, D)
+
+
+class TurnCache:
+    """Keys and values of finished rows, by the real token ids they hold (all but the row's last
+    token, which was never fed), for the next turns of one rollout. At most ``max_rows`` are kept
+    (oldest dropped); an entry is used once. ``hits`` counts contexts that were resumed."""
+
+    def __init__(self, max_rows: int = 1024):
+        self.max_rows = max_rows
+        self.rows: dict[tuple[int, ...], _Stored] = {}
+        self.hits = 0
+
+    def store(self, real: list[int], stored: _Stored) -> None:
+        self.rows.pop(tuple(real), None)
+        self.rows[tuple(real)] = stored
+        while len(self.rows) > self.max_rows:
+            self.rows.pop(next(iter(self.rows)))
+
+    def resume(self, model: Any, context: list[int]) -> KVBatch | None:
+        """A one-row batch holding the longest stored prefix of ``context``, the rest pending."""
+        best = max((key for key in self.rows if len(key) < len(context) and tuple(context[:len(key)]) == key),
+                   key=len, default=None)
+        if best is None:
+            return None
+        stored = self.rows.pop(best)
+        self.hits += 1
+        new = torch.tensor([context[len(best):]], device=stored.ids.device)
+        return KVBatch(torch.cat([stored.ids, new], 1), torch.cat([stored.mask, torch.ones_like(new)], 1),
+                       cache_from_tensors(model, stored.kv), new.shape[1])
+
+
+def _join(model: Any, rows: list[_Row], contexts: list[list[int]], pad: int) -> KVBatch:
+    """The joining rows as one batch: fresh contexts prefilled together, resumed ones merged in."""
+    fresh = [row for row in rows if row.resume is None]
+    parts = [prefill(model, [contexts[row.index] for row in fresh], pad)] if fresh else []
+    parts += [row.resume for row in rows if row.resume is not None]
+    order = fresh + [row for row in rows if row.resume is not None]
+    batch = parts[0]
+    for part in parts[1:]:
+        batch = merge(model, batch, part, pad)
+    rows[:] = order  # rows follow the batch's order
+    for row in rows:
+        row.resume = None
+    return batch
 
 
 def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eos_token_ids: list[int],
                    pad_token_id: int, sampling: Sampling, stream: str = "", batch_size: int = 64,
-                   decode_slice: int = DECODE_SLICE) -> list[list[int]]:
+                   decode_slice: int = DECODE_SLICE, cache: TurnCache | None = None) -> list[list[int]]:
     """Generated ids of each context: up to and including its first eos, at most its budget.
 
     Args:
@@ -101,6 +156,7 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         budgets: new tokens allowed per context (0: nothing is generated).
         eos_token_ids: ids that end a turn.
         sampling: `Sampling`; ``stream`` enters the per-row seeds (`row_seed`).
+        cache: finished rows are stored there and contexts that extend a stored row resume it.
     """
     if len(contexts) != len(budgets):
         raise ValueError("generate_turns: one budget per context")
@@ -119,7 +175,7 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
             generator = torch.Generator(device=device)
             generator.manual_seed(row_seed(sampling.seed, stream, context, occurrence))
         if budget > 0:
-            queue.append(_Row(i, budget, generator))
+            queue.append(_Row(i, budget, generator, resume=cache.resume(model, context) if cache else None))
     sampler = RowSampler(sampling) if sampling.do_sample else None
     processors = LogitsProcessorList([sampler] if sampler is not None else [])
     eos = set(eos_token_ids)
@@ -132,7 +188,7 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
     while queue or rows:
         if queue and len(rows) < batch_size:
             joining = [queue.popleft() for _ in range(min(batch_size - len(rows), len(queue)))]
-            part = prefill(model, [contexts[row.index] for row in joining], pad_token_id)
+            part = _join(model, joining, contexts, pad_token_id)
             batch = part if batch is None else merge(model, batch, part, pad_token_id)
             rows += joining
         steps = min(decode_slice, min(row.budget - len(row.ids) for row in rows))
@@ -148,9 +204,17 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         keep, last = [], []
         for i, (row, new) in enumerate(zip(rows, generated)):
             end = next((j for j, token in enumerate(new) if token in eos), None)
-            row.ids += new if end is None else new[:end + 1]
+            kept = new if end is None else new[:end + 1]
+            row.ids += kept
             if end is not None or len(row.ids) >= row.budget:
                 results[row.index] = row.ids
+                if cache is not None and output.cache is not None:  # all but the row's last token is cached
+                    width_i = width + len(kept) - 1
+                    cache.store(contexts[row.index] + row.ids[:-1], _Stored(
+                        output.sequences[i:i + 1, :width_i],
+                        torch.cat([batch.mask[i:i + 1], batch.mask.new_ones((1, len(kept) - 1))], 1),
+                        [(k[i:i + 1, :, :width_i].clone(), v[i:i + 1, :, :width_i].clone())
+                         for k, v in cache_tensors(output.cache)]))
                 continue
             keep.append(i)
             last.append(new[-1])  # not in the cache yet: the row's next input
