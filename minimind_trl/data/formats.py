@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from minimind_trl.data.validation import DataFormatError
+from minimind_trl.data.validation import DataFormatError, loads_json
 
 
 def encode_tool_calls(calls: list[dict]) -> str:
@@ -28,12 +28,7 @@ def encode_tool_calls(calls: list[dict]) -> str:
 
 
 def _decode_json(value: Any, field: str, path, line) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(path, line, field, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    return loads_json(value, path, line, field) if isinstance(value, str) else value
 
 
 def decode_tool_calls(value: Any, field: str = "tool_calls", path=None, line=None) -> list[dict]:

@@ -98,4 +98,6 @@ def gold_file_rows(path: str, registry) -> list[dict]:
             raise DataFormatError(path, line, exc.field, exc.reason) from None
         except DataError as exc:
             raise DataError(f"{path}:{line}: {exc}") from None
+    if not rows:
+        raise DataError(f"{path}: no rows (the file is empty or blank)")
     return rows

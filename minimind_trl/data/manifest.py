@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from minimind_trl.data.validation import DataFormatError, read_json_file
+
 _CHUNK = 1 << 20
 
 
@@ -76,22 +78,24 @@ def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
 def verify_manifest(folder: str | os.PathLike, manifest_name: str = "manifest.json") -> dict:
     """Check that every file listed under the manifest's ``"outputs"`` has its recorded SHA-256.
 
-    Returns the manifest. Raises ``ValueError`` naming the first file that is missing or differs.
+    Returns the manifest. Raises ``ValueError`` naming the first file that is missing or differs,
+    :class:`~minimind_trl.data.validation.DataFormatError` for a malformed manifest.
     """
     folder = Path(folder)
     manifest_path = folder / manifest_name
-    with open(manifest_path, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    outputs = manifest.get("outputs")
+    manifest = read_json_file(manifest_path)
+    outputs = manifest.get("outputs") if isinstance(manifest, dict) else None
     if not isinstance(outputs, dict) or not outputs:
-        raise ValueError(f"{manifest_path}: field 'outputs' is missing or empty")
+        raise DataFormatError(manifest_path, None, "outputs", "is missing or empty (a manifest is an object listing its outputs)")
     for name, record in outputs.items():
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise DataFormatError(manifest_path, None, f"outputs.{name}", "must be a plain file name in the folder")
+        if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+            raise DataFormatError(manifest_path, None, f"outputs.{name}.sha256", "must be a hex string")
         file_path = folder / name
         if not file_path.is_file():
             raise ValueError(f"{manifest_path}: listed output {name!r} does not exist")
         actual = sha256_file(file_path)
-        if actual != record.get("sha256"):
-            raise ValueError(
-                f"{manifest_path}: {name} has sha256 {actual}, manifest records {record.get('sha256')}"
-            )
+        if actual != record["sha256"]:
+            raise ValueError(f"{manifest_path}: {name} has sha256 {actual}, manifest records {record['sha256']}")
     return manifest

@@ -41,9 +41,11 @@ from minimind_trl.data.normalize import (
 )
 from minimind_trl.data.strata import OP_TYPES, infer_lang, infer_op_type, stratum_key
 from minimind_trl.data.validation import (
+    FAILURE_KINDS,
     DataError,
     DataFormatError,
     count_blank_lines,
+    iter_jsonl,
     iter_jsonl_lines,
     parse_jsonl_line,
     validate_task_row,
@@ -53,6 +55,7 @@ SPLITS = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.9, 0.05, 0.05)
 MANIFEST_FORMAT = "minimind-trl.splits/1"
 _MAX_EXAMPLES = 20
+MAX_INVALID_LISTED = 1000  # skipped rows listed in the manifest (all are counted, per kind)
 
 
 def normalize_task_row(row: dict, path=None, line=None) -> dict:
@@ -119,10 +122,16 @@ def _read_inputs(inputs: list[str], skip_invalid: bool) -> tuple[list[dict], lis
             except DataFormatError as exc:
                 if not skip_invalid:
                     raise
-                invalid.append({"file": str(path), "line": line, "field": exc.field, "reason": exc.reason})
+                invalid.append(_invalid_record(exc))
+        if not read:
+            raise DataError(f"{path}: no rows (the file is empty or blank)")
         records.append({"path": str(path), "sha256": sha256_file(path), "rows_read": read,
                         "rows_valid": valid, "blank_lines": count_blank_lines(path)})
     return rows, records, invalid
+
+
+def _invalid_record(error: DataFormatError) -> dict:
+    return {"file": error.path, "line": error.line, "field": error.field, "kind": error.kind, "reason": error.reason}
 
 
 def _deduplicate(rows: list[tuple[dict, tuple[str, int]]], skip_invalid: bool,
@@ -144,10 +153,10 @@ def _deduplicate(rows: list[tuple[dict, tuple[str, int]]], skip_invalid: bool,
             continue
         if row["id"] in by_id:
             error = DataFormatError(*origin, "id", f"{row['id']!r} is already used by a different question at "
-                                                   "%s:%d" % by_id[row["id"]])
+                                                   "%s:%d" % by_id[row["id"]], "duplicate_id")
             if not skip_invalid:
                 raise error
-            invalid.append({"file": origin[0], "line": origin[1], "field": error.field, "reason": error.reason})
+            invalid.append(_invalid_record(error))
             continue
         by_id[row["id"]] = origin
         kept[key] = (row, origin)
@@ -234,10 +243,11 @@ def prepare_splits(
         "outputs": {},
         "split_sizes": dict(zip(list(SPLITS) + ["unused"], part_sizes)),
         "rows": {"read": sum(r["rows_read"] for r in records), "invalid_skipped": len(invalid),
+                 "invalid_by_kind": {kind: sum(r["kind"] == kind for r in invalid) for kind in FAILURE_KINDS},
                  "duplicates_dropped": duplicates["dropped"], "after_dedup": len(rows),
                  "used": sum(part_sizes[:3]), "unused": part_sizes[3]},
         "duplicates": duplicates,
-        "invalid_rows": invalid,
+        "invalid_rows": invalid[:MAX_INVALID_LISTED],
         "stratification": {
             "key": "n_gt|op_type",
             "guarantee": "for every stratum h and split s: |count - N_h * n_s / N| < 1",
@@ -250,24 +260,30 @@ def prepare_splits(
     return manifest
 
 
+def read_split(folder: str | os.PathLike, name: str, manifest: dict | None = None) -> list[dict]:
+    """The task rows of ``folder/<name>.jsonl`` (none when the file is absent), each read through
+    the bounded reader and checked with :func:`validate_task_row` (errors name file, line and
+    field); with ``manifest``, the row count must be the one it records."""
+    path = Path(folder) / f"{name}.jsonl"
+    rows = [validate_task_row(row, path, line) for line, row in iter_jsonl(path)] if path.is_file() else []
+    outputs = (manifest or {}).get("outputs") or {}
+    if path.name in outputs and outputs[path.name].get("rows") != len(rows):
+        raise DataError(f"{path}: holds {len(rows)} rows, manifest records {outputs[path.name].get('rows')}")
+    return rows
+
+
 def load_splits(folder: str | os.PathLike, verify: bool = True):
     """The split folder as a ``datasets.DatasetDict`` via ``load_dataset("json", data_files=...)``.
 
-    With ``verify`` (default) every file's SHA-256 is first checked against the manifest. Empty
-    splits are left out (Arrow cannot infer a schema from an empty file).
+    Every row is first read and checked by :func:`read_split`; with ``verify`` (default) every
+    file's SHA-256 and row count are checked against the manifest. Empty splits are left out (Arrow
+    cannot infer a schema from an empty file).
     """
     import datasets
 
     folder = Path(folder)
     manifest = verify_manifest(folder) if verify else None
-    files = {name: str(folder / f"{name}.jsonl") for name in SPLITS
-             if (folder / f"{name}.jsonl").is_file() and (folder / f"{name}.jsonl").stat().st_size > 0}
+    files = {name: str(folder / f"{name}.jsonl") for name in SPLITS if read_split(folder, name, manifest)}
     if not files:
         raise DataError(f"{folder}: no non-empty split files")
-    loaded = datasets.load_dataset("json", data_files=files)
-    if manifest is not None:
-        for name, dataset in loaded.items():
-            if len(dataset) != manifest["outputs"][f"{name}.jsonl"]["rows"]:
-                raise DataError(f"{folder}/{name}.jsonl: loaded {len(dataset)} rows, manifest records "
-                                f"{manifest['outputs'][f'{name}.jsonl']['rows']}")
-    return loaded
+    return datasets.load_dataset("json", data_files=files)

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from minimind_trl.data.manifest import sha256_file, write_text_atomic
+from minimind_trl.data.validation import DataFormatError, iter_jsonl_objects
 
 __all__ = ["atomic_write_text", "atomic_write_json", "atomic_write_jsonl", "read_jsonl", "sha256_file"]
 
@@ -29,17 +30,10 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSONL file; a malformed line raises ``ValueError`` naming the file and line."""
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
+    """Read a JSONL file of objects through the data package's bounded reader
+    (:func:`minimind_trl.data.validation.iter_jsonl`); a malformed line raises ``ValueError``
+    naming the file, line and field."""
+    try:
+        return [row for _, row in iter_jsonl_objects(path)]
+    except DataFormatError as exc:
+        raise ValueError(str(exc)) from None

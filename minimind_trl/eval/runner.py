@@ -1,7 +1,8 @@
 """Frozen evaluation of one checkpoint on one split (``minimind-trl eval``).
 
-Pipeline: resolve and hash the checkpoint (:mod:`.checkpoints`), load the split folder with
-``datasets`` (file hashes checked against its manifest), roll every question out **greedily**
+Pipeline: resolve and hash the checkpoint (:mod:`.checkpoints`), read the split's rows through the
+data package's bounded reader (file hashes and row counts checked against its manifest, every row
+checked as ``data prepare`` does: errors name file, line and field), roll every question out **greedily**
 through the same tool environment (`minimind_trl.envs.rollout.rollout`; the tools of the run that
 trained the checkpoint, when it comes from a run folder, see :func:`run_tools`, else the built-ins)
 and score it with the same verifier as the training reward
@@ -149,20 +150,20 @@ def evaluate_tasks(model, tokenizer, tasks: list[dict], settings: EvalSettings, 
 
 def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dict], dict]:
     """(task rows of ``split``, split info for the manifest); file hashes checked first."""
-    from minimind_trl.data.splits import load_splits
-    from minimind_trl.data.validation import DataError
+    from minimind_trl.data.manifest import verify_manifest
+    from minimind_trl.data.splits import read_split
+    from minimind_trl.data.validation import DataError, DataFormatError
 
     folder = Path(split_dir)
     manifest = folder / "manifest.json"
     if not manifest.is_file():
         raise EvalError(f"{folder} is not a split folder (no manifest.json)")
     try:
-        dataset = load_splits(folder, verify=True)
+        tasks = read_split(folder, split, verify_manifest(folder))
     except (DataError, ValueError, OSError) as exc:
-        raise EvalError(f"cannot load split folder {folder}: {exc}") from None
-    if split not in dataset:
+        raise EvalError(str(exc) if isinstance(exc, DataFormatError) else f"cannot load split folder {folder}: {exc}") from None
+    if not tasks:
         raise EvalError(f"split {split!r} is empty or missing in {folder}")
-    tasks = [dict(row) for row in dataset[split]]
     ids = [row.get("id") for row in tasks]
     if any(i is None for i in ids) or len(set(ids)) != len(ids):
         raise EvalError(f"{folder}/{split}.jsonl: every task needs a unique id for paired statistics")

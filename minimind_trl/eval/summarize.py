@@ -19,12 +19,12 @@ Writing the files is :mod:`minimind_trl.eval.report`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from minimind_trl.data.validation import DataFormatError, iter_jsonl_objects, read_json_file
 from minimind_trl.eval import stats
 from minimind_trl.eval.errors import (
     EvalError,
@@ -32,7 +32,6 @@ from minimind_trl.eval.errors import (
     QuestionSetMismatchError,
     SplitMismatchError,
 )
-from minimind_trl.eval.files import read_jsonl
 from minimind_trl.eval.metrics import REQUIRED_RECORD_KEYS, available_metrics, per_question_values
 
 INTERACTION_CELLS = ("zscore_seqmean", "zscore_fixedL", "center_seqmean", "center_fixedL")
@@ -66,33 +65,82 @@ def parse_condition_spec(spec: str) -> tuple[str, str, Path]:
     return condition, seed or "0", Path(path)
 
 
+def _record_problem(rec: dict) -> tuple[str, str] | None:
+    """(field, what it must be) for the first record value summaries cannot use, else None."""
+    def count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
+        return "id", "must be a string or an integer"
+    for key in ("success", "all_gt_covered"):
+        if not isinstance(rec[key], bool):
+            return key, "must be true or false"
+    hits = rec["gt_hits"]
+    if not isinstance(hits, list) or not hits or not all(isinstance(h, bool) for h in hits):
+        return "gt_hits", "must be a non-empty list of true/false"
+    for key in ("n_tool_calls", "answer_length"):
+        if not count(rec[key]):
+            return key, "must be a non-negative integer"
+    pass_at_k = rec.get("pass_at_k")
+    if pass_at_k is not None and not (isinstance(pass_at_k, dict) and all(
+            k.isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1
+            for k, v in pass_at_k.items())):
+        return "pass_at_k", "must map each k to a number in [0, 1]"
+    return None
+
+
+def _read_records(file: Path) -> list[dict]:
+    records, seen = [], {}
+    for line, rec in iter_jsonl_objects(file):
+        missing = [k for k in REQUIRED_RECORD_KEYS if k not in rec]
+        if missing:
+            raise DataFormatError(file, line, missing[0], f"is missing (a record needs {', '.join(REQUIRED_RECORD_KEYS)})")
+        problem = _record_problem(rec)
+        if problem:
+            raise DataFormatError(file, line, *problem)
+        if str(rec["id"]) in seen:
+            raise DataFormatError(file, line, "id", f"{rec['id']!r} repeats line {seen[str(rec['id'])]} (duplicate question id)")
+        seen[str(rec["id"])] = line
+        records.append(rec)
+    return records
+
+
+def _read_manifest(file: Path) -> dict:
+    manifest = read_json_file(file)
+    if not isinstance(manifest, dict):
+        raise DataFormatError(file, None, "<json>", "must be a JSON object")
+    split = manifest.get("split")
+    if not isinstance(split, dict) or not isinstance(split.get("manifest_sha256"), str):
+        raise DataFormatError(file, None, "split.manifest_sha256", "is missing or not a string")
+    if not isinstance(split.get("name"), (str, type(None))):
+        raise DataFormatError(file, None, "split.name", "must be a string")
+    if not isinstance(manifest.get("checkpoint", {}), dict):
+        raise DataFormatError(file, None, "checkpoint", "must be an object")
+    return manifest
+
+
 def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
-    """Read records.jsonl, eval_manifest.json and metrics.json; validate records."""
+    """Read records.jsonl, eval_manifest.json and metrics.json through the data package's bounded
+    readers; every record's summary fields are type-checked (errors name file, line and field)."""
     if not path.is_dir():
         raise EvalFolderError(f"eval folder not found: {path}")
     files = {name: path / name for name in ("records.jsonl", "eval_manifest.json")}
     for name, file in files.items():
         if not file.is_file():
             raise EvalFolderError(f"{path} is not an eval folder: missing {name}")
+    metrics_file = path / "metrics.json"
     try:
-        records = read_jsonl(files["records.jsonl"])
-        manifest = json.loads(files["eval_manifest.json"].read_text(encoding="utf-8"))
-        metrics_file = path / "metrics.json"
-        metrics = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
-    except (ValueError, OSError) as exc:
+        records = _read_records(files["records.jsonl"])
+        manifest = _read_manifest(files["eval_manifest.json"])
+        metrics = read_json_file(metrics_file) if metrics_file.is_file() else {}
+        if not isinstance(metrics, dict):
+            raise DataFormatError(metrics_file, None, "<json>", "must be a JSON object")
+    except DataFormatError as exc:
+        raise EvalFolderError(str(exc)) from None
+    except OSError as exc:
         raise EvalFolderError(f"cannot read eval folder {path}: {exc}") from None
     if not records:
-        raise EvalFolderError(f"{path}/records.jsonl holds no records")
-    for i, rec in enumerate(records):
-        missing = [k for k in REQUIRED_RECORD_KEYS if k not in rec]
-        if missing:
-            raise EvalFolderError(f"{path}/records.jsonl record {i} lacks {missing}")
-    ids = [str(r["id"]) for r in records]
-    if len(set(ids)) != len(ids):
-        raise EvalFolderError(f"{path}/records.jsonl has duplicate question ids")
-    split = manifest.get("split") or {}
-    if "manifest_sha256" not in split:
-        raise EvalFolderError(f"{path}/eval_manifest.json lacks split.manifest_sha256")
+        raise EvalFolderError(f"{files['records.jsonl']} holds no records")
     records = sorted(records, key=lambda r: str(r["id"]))
     return EvalRun(condition, seed, path, manifest, metrics, records)
 

@@ -20,6 +20,7 @@ import torch
 from datasets import Dataset
 
 from minimind_trl.data.manifest import sha256_file, verify_manifest
+from minimind_trl.data.validation import DataError, DataFormatError, iter_jsonl_objects
 from minimind_trl.trainer.recipe import RecipeError, one_line
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -98,12 +99,17 @@ def load_split(spec: dict) -> tuple[list[dict], dict[str, Any]]:
     if manifest_path.is_file():
         info["manifest_sha256"] = sha256_file(manifest_path)
         if spec["verify"]:
-            verify_manifest(folder)
+            try:
+                verify_manifest(folder)
+            except (DataError, ValueError) as exc:
+                raise RecipeError(f"recipe: data.path: {exc}") from None
             info["verified"] = True
     elif spec["verify"]:
         raise RecipeError(f"recipe: {folder} has no manifest.json (set data.verify: false to train anyway)")
-    with open(split_file, encoding="utf-8") as handle:
-        rows = [json.loads(line) for line in handle if line.strip()]
+    try:
+        rows = [row for _, row in iter_jsonl_objects(split_file)]
+    except DataFormatError as exc:
+        raise RecipeError(f"recipe: data.path: {exc}") from None
     if spec["max_rows"] is not None:
         rows = rows[: spec["max_rows"]]
     if not rows:
