@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RecipeError, FileNotFoundError) as exc:
         print(f"minimind-trl train: {located(args.recipe, exc)}", file=sys.stderr)
         return 2
-    from minimind_trl.trainer.grpo_trainer import NonFiniteError
+    from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 
     try:
         command = ["minimind-trl", "train", *(argv if argv is not None else sys.argv[1:])]
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"minimind-trl train: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:
-        print(f"minimind-trl train: run stopped: {exc} State saved; see {args.output_dir}/status.json.",
-              file=sys.stderr)
+        saved = "Not saved; the last good state is named in" if isinstance(exc, NonFiniteStateError) else "State saved; see"
+        print(f"minimind-trl train: run stopped: {exc} {saved} {args.output_dir}/status.json.", file=sys.stderr)
         return 3
     return 0
 

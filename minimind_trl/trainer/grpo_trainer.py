@@ -73,6 +73,11 @@ class NonFiniteError(RuntimeError):
     """A non-finite reward, loss or gradient: the run stops before the optimizer step."""
 
 
+class NonFiniteStateError(NonFiniteError):
+    """Non-finite weights or policy found after an optimizer step (``run.CheckFiniteWeights``):
+    the state in memory is not the last good step's and is not saved."""
+
+
 def _tool_counts(completion: Any) -> tuple[int, int]:
     """(tool calls, failed calls) of one trajectory from its tool messages (no environment records)."""
     if not isinstance(completion, list):

@@ -31,12 +31,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from minimind_trl.data.manifest import write_json_atomic
 from minimind_trl.trainer.callbacks import truncate_metrics
 from minimind_trl.trainer.checkpoints import commit_folder
+from minimind_trl.trainer.recipe import one_line
 
 MANIFEST = "manifest.json"
 STATUS = "status.json"
@@ -145,6 +147,25 @@ class StopAtMaxSteps(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if 0 < state.max_steps <= state.global_step:
             raise _AtMaxSteps()
+
+
+class CheckFiniteWeights(TrainerCallback):
+    """After every optimizer step every parameter must be finite: an update can overflow even when
+    the loss and the gradient were finite (learning rate 1e38)."""
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        from minimind_trl.trainer.grpo_trainer import NonFiniteStateError
+
+        params = [p for p in model.parameters() if p.numel()] if model is not None else []
+        if params and not bool(torch.stack([torch.isfinite(p).all().to(params[0].device) for p in params]).all()):
+            raise NonFiniteStateError(f"the weights are not finite after the optimizer step of step {state.global_step + 1} "
+                                      "(the update overflowed: learning rate or update too large).")
+
+
+# torch's messages for an update overflowing float32 (AdamW's step size lr / (1 - beta1^t)) and
+# for sampling from a policy whose logits are not finite (weights finite but huge after an update)
+_OVERFLOW_MESSAGES = ("cannot be converted to type float without overflow",
+                      "probability tensor contains either `inf`, `nan` or element < 0")
 
 
 def apply_umask(folder: str | os.PathLike) -> None:
@@ -274,16 +295,21 @@ def merged_model(model, run_dir: str | os.PathLike):
 def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -> dict[str, Any]:
     """Train, then write the final weights and the status; a non-finite value stops the run.
 
-    Returns the final status dict. On :class:`NonFiniteError` the last good step is
-    checkpointed, ``status.json`` says ``stopped`` with the reason, and the error is re-raised.
+    Returns the final status dict. On :class:`NonFiniteError` (a non-finite reward, loss or
+    gradient, found before the optimizer step) the last good step is checkpointed, ``status.json``
+    says ``stopped`` with the reason, and the error is re-raised. Non-finite weights after an
+    optimizer step (:class:`CheckFiniteWeights`), torch's float overflow in the optimizer step and
+    a non-finite sampling distribution in the next rollout stop the same way, but the broken
+    state is not saved: ``checkpoint`` is the newest complete one (None: ``initial_model/``).
     """
-    from minimind_trl.trainer.grpo_trainer import NonFiniteError
+    from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 
     main = trainer.accelerator.is_main_process
     if main:
         write_status(run_dir, "running", resumed_from=resume_from, pid=os.getpid())
     try:
         trainer.add_callback(StopAtMaxSteps())
+        trainer.add_callback(CheckFiniteWeights())
         try:
             training_loss = trainer.train(resume_from_checkpoint=resume_from).training_loss
         except _AtMaxSteps:  # resumed from the last step's checkpoint: restored, nothing left to train
@@ -291,13 +317,22 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
             close = getattr(getattr(trainer, "diagnostics", None), "close", None)
             if close:
                 close()
+        except RuntimeError as exc:
+            if isinstance(exc, NonFiniteError) or not any(m in str(exc) for m in _OVERFLOW_MESSAGES):
+                raise
+            raise NonFiniteStateError(f"non-finite update or policy after step {trainer.state.global_step}: "
+                                      f"{one_line(exc)} (learning rate or update too large).") from None
     except NonFiniteError as exc:
-        checkpoint = trainer.save_state_after_failure()
+        if isinstance(exc, NonFiniteStateError):  # the weights in memory are broken: keep the last saved state
+            checkpoint = get_last_checkpoint(str(run_dir))
+        else:
+            checkpoint = trainer.save_state_after_failure()
         close = getattr(getattr(trainer, "diagnostics", None), "close", None)
         if close:
             close()
         if main:
-            write_status(run_dir, "stopped", reason=str(exc), step=trainer.state.global_step, checkpoint=checkpoint)
+            step = checkpoint_step(checkpoint) if checkpoint else 0
+            write_status(run_dir, "stopped", reason=str(exc), step=step, checkpoint=checkpoint)
         raise
     trainer.accelerator.wait_for_everyone()
     final = Path(run_dir) / FINAL_MODEL
