@@ -309,3 +309,37 @@ def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(
     (traj,) = rollout(model, tokenizer, [make_task(registry, "[deep] q", "d")], registry,
                       max_new_tokens=4096, progress=False)
     assert (traj.malformed_calls, traj.finished, traj.observations) == (1, True, [])
+
+
+def test_deeply_nested_call_json_is_a_malformed_call_in_distillation(tokenizer, registry, tmp_path):
+    """TRL's distillation tool loop (``tools=``) parses replies as GRPO's does: the guard is installed
+    there too, so the 1000-deep call is plain text (no tool runs) instead of a RecursionError."""
+    from trl.chat_template_utils import parse_response
+
+    from minimind_trl.modeling import save_for_hub
+    from minimind_trl.trainer import build
+    from minimind_trl.trainer.recipe import validate_recipe
+
+    torch.manual_seed(1)
+    teacher = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), tokenizer, tmp_path / "teacher")
+    recipe = validate_recipe({
+        "kind": "distill", "seed": 0, "model": {"preset": "tiny"}, "data": {"path": str(tmp_path)},
+        "distill": {"teacher_path": str(teacher), "max_completion_length": 2100, "max_tool_turns": 1,
+                    "tool_names": ["calculate_math"]},
+        "training": {"use_cpu": True, "bf16": False, "report_to": [], "max_steps": 1, "logging_steps": 1,
+                     "per_device_train_batch_size": 1, "learning_rate": 1e-4, "save_strategy": "no",
+                     "disable_tqdm": True, "activation_checkpointing": False}})
+    torch.manual_seed(0)
+    student = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer,
+                       {"[deep]": [f"<tool_call>\n{DEEP}\n</tool_call>"]})
+    trainer = build.build_distill_trainer(recipe, build.distill_config(recipe, str(tmp_path / "run")), student,
+                                          tokenizer, [make_task(registry, "[deep] q", "d")])
+    assert isinstance(trainer._tokenizer.parse_response, ParseGuard)
+    ids = tokenizer(f"<tool_call>\n{DEEP}\n</tool_call><|im_end|>", add_special_tokens=False)["input_ids"]
+    message = parse_response(trainer._tokenizer, ids, tools=trainer.tools)
+    assert "tool_calls" not in message and message["content"].startswith("<tool_call>")
+    trainer.train()  # before: the RecursionError from TRL's parse_response ended the run
+    assert trainer.state.global_step == 1
+    logged = next(h for h in trainer.state.log_history if "tools/call_frequency" in h)
+    assert logged["tools/call_frequency"] == 0.0  # a malformed call: nothing was dispatched
+    assert logged["completions/mean_length"] > 2000  # the whole deep call was generated and parsed

@@ -254,6 +254,13 @@ class ParseGuard:
             raise ValueError(f"the reply could not be parsed ({type(exc).__name__})") from exc
 
 
+def install_parse_guard(tokenizer: Any) -> None:
+    """Route ``tokenizer.parse_response`` through :class:`ParseGuard` (once); TRL's GRPO and
+    distillation tool loops both parse replies through it."""
+    if not isinstance(tokenizer.__dict__.get("parse_response"), ParseGuard):
+        tokenizer.parse_response = ParseGuard(tokenizer)
+
+
 class ToolEnvironmentMixin:
     """Mix into the GRPOTrainer subclass (``class T(ToolEnvironmentMixin, GRPOTrainer)``) used
     with ``environment_factory=make_environment_class(...)``. It overrides TRL 1.16 internals so
@@ -292,8 +299,7 @@ class ToolEnvironmentMixin:
                 f"but the environment allows max_tool_turns={env_class.max_tool_turns}; set them equal")
         if self.chat_template is not None:
             raise ValueError("the tokenizer's chat template is not prefix-preserving")
-        if not isinstance(self._tokenizer.__dict__.get("parse_response"), ParseGuard):
-            self._tokenizer.parse_response = ParseGuard(self._tokenizer)
+        install_parse_guard(self._tokenizer)
         self._env_tools[None] = list(env_class._tool_schemas)
         self._tool_env_class = env_class
 

@@ -410,6 +410,7 @@ def build_distill_trainer(recipe: dict, config, model, tokenizer, rows: list[dic
     from transformers import AutoModelForCausalLM
     from trl import DistillationTrainer
 
+    from minimind_trl.envs.environment import install_parse_guard
     from minimind_trl.trainer.callbacks import LogHistoryCallback
 
     distill = recipe["distill"]
@@ -422,5 +423,6 @@ def build_distill_trainer(recipe: dict, config, model, tokenizer, rows: list[dic
         model=model, teacher_model=teacher, args=config, train_dataset=distill_dataset(rows),
         processing_class=tokenizer, tools=distill_tools(distill) or None,
     )
+    install_parse_guard(trainer._tokenizer)  # an unparsable call (JSON ~1000 deep) is plain text, as in GRPO
     trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))
     return trainer
