@@ -39,7 +39,8 @@ CONFIGS = {
     "before": ["rollout.engine=trl", "training.prefix_sharing=false"],
     "shared": ["rollout.engine=trl", "training.prefix_sharing=true"],
     "after": ["rollout.engine=minimind", "training.prefix_sharing=true"],
-    "trl_cb": ["rollout.engine=trl", "training.prefix_sharing=true", "training.use_transformers_continuous_batching=true"],
+    "trl_cb": ["rollout.engine=trl", "training.prefix_sharing=true",
+               "training.use_transformers_continuous_batching=true"],
 }
 TARGET_ROLLOUT = 3.0  # training rollout, minimind engine vs TRL's loop
 TARGET_STEP = 2.0  # whole RL step, after vs before

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from test_rollout import SCRIPTS, make_task, scripted  # tests/ is on sys.path
+from test_rollout import make_task, scripted  # tests/ is on sys.path
 
 from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.generation import Sampling, generate_turns

@@ -183,7 +183,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         sampling = Sampling(do_sample=bool(config.do_sample), temperature=config.temperature or 1.0,
                             top_k=config.top_k, top_p=1.0 if config.top_p is None else config.top_p,
                             seed=self.args.seed)
-        stream = f"{'train' if self.model.training else 'eval'}:{self.state.global_step}:{self.accelerator.process_index}"
+        mode = "train" if self.model.training else "eval"
+        stream = f"{mode}:{self.state.global_step}:{self.accelerator.process_index}"  # per-row seeds
         with (
             unwrap_model_for_generation(
                 self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,

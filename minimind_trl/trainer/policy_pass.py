@@ -40,9 +40,12 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.modeling_outputs import ModelOutput
-from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb, eager_attention_forward
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.qwen3.modeling_qwen3 import (
+    apply_rotary_pos_emb,
+    eager_attention_forward,
+)
 from trl.kernels import ChunkedLogProbFunction
 
 from minimind_trl.modeling import router_aux_loss
