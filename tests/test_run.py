@@ -107,6 +107,36 @@ def test_resumed_run_reproduces_the_uninterrupted_one(tmp_path, split_dir, monke
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("kill_at", [5, 6])  # resumes from checkpoint-4 (epoch boundary) / -5 (epoch 1, 1 batch in)
+def test_a_resume_in_a_later_epoch_sees_the_uninterrupted_data_order(tmp_path, split_dir, monkeypatch, kill_at):
+    """16 rows, 4 prompts a rollout, K=1: an epoch is 4 steps. TRL's sampler draws every epoch's
+    order from one generator seeded once; a resumed run's fresh sampler replayed epoch 0's order
+    in epoch 1 (rewards from step 5 on differed) until set_epoch replayed the earlier draws."""
+    recipe = write_recipe(tmp_path, split_dir, rollout={"prompts_per_rollout": 4},
+                          training={"max_steps": 7, "num_iterations": 1, "save_steps": 1})
+    assert cli.main([str(recipe), "--output-dir", str(tmp_path / "whole")]) == 0
+    original = build.build_trainer
+
+    def with_kill(*args, **kwargs):
+        trainer = original(*args, **kwargs)
+        trainer.add_callback(KillAt(kill_at))  # logged, not yet saved: the resume starts at kill_at - 1
+        return trainer
+
+    monkeypatch.setattr(build, "build_trainer", with_kill)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main([str(recipe), "--output-dir", str(tmp_path / "split")])
+    monkeypatch.setattr(build, "build_trainer", original)
+    assert cli.main([str(recipe), "--output-dir", str(tmp_path / "split"), "--resume"]) == 0
+    whole = read_metrics(tmp_path / "whole" / "metrics.jsonl")
+    split = read_metrics(tmp_path / "split" / "metrics.jsonl")
+    assert [r["step"] for r in split] == list(range(1, 8))
+    for a, b in zip(whole, split):
+        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}, a["step"]
+    final_whole = MiniMindForCausalLM.from_pretrained(tmp_path / "whole" / "final").state_dict()
+    final_split = MiniMindForCausalLM.from_pretrained(tmp_path / "split" / "final").state_dict()
+    assert all(torch.equal(final_whole[name], value) for name, value in final_split.items())
+
+
 def test_manifest_records_the_run(tmp_path, split_dir):
     recipe = write_recipe(tmp_path, split_dir, training={"max_steps": 1, "num_iterations": 1, "save_strategy": "no"})
     run_dir = tmp_path / "run"

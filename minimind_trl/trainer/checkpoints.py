@@ -7,7 +7,8 @@ files plus one ``rollout_state_{rank}.pt`` per process) is written under
 fsynced, and only then renamed to ``checkpoint-N``: the previous checkpoint stays the newest
 complete one until the rename. The rollout state (TRL's buffered micro-batches with their frozen
 old log-probs, its micro-step counter and the rollout's figures) makes a resume in the middle of
-a rollout replay exactly the updates an uninterrupted run would take.
+a rollout replay exactly the updates an uninterrupted run would take, and
+:class:`EpochReplaySampler` gives a resume in a later epoch the uninterrupted run's prompt order.
 """
 
 from __future__ import annotations
@@ -16,15 +17,43 @@ import os
 import shutil
 
 import torch
+from torch.utils.data import Sampler
 from transformers.trainer_utils import rotate_checkpoints
 
 ROLLOUT_STATE = "rollout_state_{rank}.pt"
+
+
+class EpochReplaySampler(Sampler):
+    """TRL's ``RepeatSampler`` draws each epoch's order from one generator seeded once, so the
+    fresh sampler of a run resumed in epoch e >= 1 gave epoch 0's order. HF's loop calls
+    ``set_epoch(e)`` before every epoch: here it re-seeds the generator and draws the e earlier
+    permutations, so epoch e has the uninterrupted run's order, resumed or not (unchanged for an
+    uninterrupted run)."""
+
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+
+    def __iter__(self):
+        return iter(self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        inner = self.sampler
+        if getattr(inner, "shuffle", False) and inner.seed is not None:
+            inner.generator.manual_seed(inner.seed)
+            for _ in range(epoch):
+                torch.randperm(inner.num_samples, generator=inner.generator)
 
 
 class AtomicCheckpointMixin:
     """Mix into a GRPOTrainer subclass (before it in the bases)."""
 
     _staging_root: str | None = None
+
+    def _get_train_sampler(self, dataset=None):
+        return EpochReplaySampler(super()._get_train_sampler(dataset))
 
     def _get_output_dir(self, trial) -> str:
         return self._staging_root if self._staging_root is not None else super()._get_output_dir(trial)
