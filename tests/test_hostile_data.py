@@ -151,7 +151,8 @@ def plant(split_dir, raw: bytes, name="test.jsonl"):
     return path
 
 
-@pytest.mark.parametrize("kind", ["invalid_utf8", "deep_array", "deep_tools", "lone_surrogate", "huge_line", "wrong_type"])
+@pytest.mark.parametrize("kind", ["invalid_utf8", "deep_array", "deep_tools", "lone_surrogate", "huge_line",
+                                  "wrong_type"])
 def test_eval_split_rows_name_file_line_and_field(kind, split_dir):
     raw, field, _ = HOSTILE[kind]
     path = plant(split_dir, raw)
@@ -170,7 +171,8 @@ def test_eval_cli_and_a_malformed_split_manifest(split_dir, tmp_path, capsys):
     assert eval_main(command) == 2
     assert one_error_line(capsys).startswith(f"minimind-trl eval: error: {path}:3: field '<json>': holds an integer")
     manifest = split_dir / "manifest.json"
-    for text, field in (("[" * 100_000, "<json>"), ("[1, 2]", "outputs"), ('{"outputs": {"../x": {}}}', "outputs.../x")):
+    bad = (("[" * 100_000, "<json>"), ("[1, 2]", "outputs"), ('{"outputs": {"../x": {}}}', "outputs.../x"))
+    for text, field in bad:
         manifest.write_text(text)
         assert eval_main(command) == 2
         assert f"{manifest}: field '{field}': " in one_error_line(capsys)
@@ -196,7 +198,8 @@ def record(qid="q0", **changes):
 def eval_folder(root, records: list[bytes], manifest=None, metrics="{}"):
     root.mkdir()
     write_lines(root / "records.jsonl", records)
-    (root / "eval_manifest.json").write_text(manifest or json.dumps({"split": {"name": "test", "manifest_sha256": "a" * 64}}))
+    split = {"split": {"name": "test", "manifest_sha256": "a" * 64}}
+    (root / "eval_manifest.json").write_text(manifest or json.dumps(split))
     (root / "metrics.json").write_text(metrics)
     return root
 

@@ -131,7 +131,8 @@ def test_kill9_loop_resumes_to_the_uninterrupted_run(tmp_path):
     assert status["state"] == "completed" and status["step"] == STEPS
     assert_complete(run_dir, reference)
     assert not list(run_dir.glob(".staging-*"))  # leftovers of killed saves are gone
-    final, whole = load_file(run_dir / "final" / "model.safetensors"), load_file(reference / "final" / "model.safetensors")
+    final = load_file(run_dir / "final" / "model.safetensors")
+    whole = load_file(reference / "final" / "model.safetensors")
     assert final.keys() == whole.keys() and all(final[k].equal(whole[k]) for k in final)
     ours, theirs = read_metrics(run_dir / "metrics.jsonl"), read_metrics(reference / "metrics.jsonl")
     assert [r["step"] for r in ours] == list(range(1, STEPS + 1))

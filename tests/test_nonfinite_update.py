@@ -56,7 +56,8 @@ def fake_trainer(error: Exception, tmp_path):
         raise error
 
     return SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True), add_callback=lambda callback: None,
-                           train=fail, state=SimpleNamespace(global_step=4), args=SimpleNamespace(output_dir=str(tmp_path)))
+                           train=fail, state=SimpleNamespace(global_step=4),
+                           args=SimpleNamespace(output_dir=str(tmp_path)))
 
 
 def test_sampling_from_a_non_finite_policy_is_the_same_stop(tmp_path):

@@ -131,7 +131,8 @@ def test_a_resume_in_a_later_epoch_sees_the_uninterrupted_data_order(tmp_path, s
     split = read_metrics(tmp_path / "split" / "metrics.jsonl")
     assert [r["step"] for r in split] == list(range(1, 8))
     for a, b in zip(whole, split):
-        assert {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}, a["step"]
+        same = {k: v for k, v in a.items() if k not in TIMING} == {k: v for k, v in b.items() if k not in TIMING}
+        assert same, a["step"]
     final_whole = MiniMindForCausalLM.from_pretrained(tmp_path / "whole" / "final").state_dict()
     final_split = MiniMindForCausalLM.from_pretrained(tmp_path / "split" / "final").state_dict()
     assert all(torch.equal(final_whole[name], value) for name, value in final_split.items())

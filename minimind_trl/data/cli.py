@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     sizes = prepare.add_mutually_exclusive_group()
     sizes.add_argument("--sizes", type=_int_list, help="train,val,test row counts")
     sizes.add_argument("--fractions", type=_float_list, help="train,val,test fractions (default 0.9,0.05,0.05)")
-    prepare.add_argument("--skip-invalid", action="store_true", help="drop malformed rows, counting them per kind in the manifest (the first 1000 listed)")
+    prepare.add_argument("--skip-invalid", action="store_true",
+                         help="drop malformed rows, counting them per kind in the manifest (the first 1000 listed)")
 
     verify = commands.add_parser("verify", help="check a split folder's files against its manifest")
     verify.add_argument("folder")

@@ -86,7 +86,8 @@ def verify_manifest(folder: str | os.PathLike, manifest_name: str = "manifest.js
     manifest = read_json_file(manifest_path)
     outputs = manifest.get("outputs") if isinstance(manifest, dict) else None
     if not isinstance(outputs, dict) or not outputs:
-        raise DataFormatError(manifest_path, None, "outputs", "is missing or empty (a manifest is an object listing its outputs)")
+        raise DataFormatError(manifest_path, None, "outputs",
+                              "is missing or empty (a manifest is an object listing its outputs)")
     for name, record in outputs.items():
         if Path(name).name != name or name in ("", ".", ".."):
             raise DataFormatError(manifest_path, None, f"outputs.{name}", "must be a plain file name in the folder")

@@ -161,7 +161,8 @@ def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dic
     try:
         tasks = read_split(folder, split, verify_manifest(folder))
     except (DataError, ValueError, OSError) as exc:
-        raise EvalError(str(exc) if isinstance(exc, DataFormatError) else f"cannot load split folder {folder}: {exc}") from None
+        message = str(exc) if isinstance(exc, DataFormatError) else f"cannot load split folder {folder}: {exc}"
+        raise EvalError(message) from None
     if not tasks:
         raise EvalError(f"split {split!r} is empty or missing in {folder}")
     ids = [row.get("id") for row in tasks]

@@ -94,12 +94,14 @@ def _read_records(file: Path) -> list[dict]:
     for line, rec in iter_jsonl_objects(file):
         missing = [k for k in REQUIRED_RECORD_KEYS if k not in rec]
         if missing:
-            raise DataFormatError(file, line, missing[0], f"is missing (a record needs {', '.join(REQUIRED_RECORD_KEYS)})")
+            raise DataFormatError(file, line, missing[0],
+                                  f"is missing (a record needs {', '.join(REQUIRED_RECORD_KEYS)})")
         problem = _record_problem(rec)
         if problem:
             raise DataFormatError(file, line, *problem)
         if str(rec["id"]) in seen:
-            raise DataFormatError(file, line, "id", f"{rec['id']!r} repeats line {seen[str(rec['id'])]} (duplicate question id)")
+            raise DataFormatError(file, line, "id",
+                                  f"{rec['id']!r} repeats line {seen[str(rec['id'])]} (duplicate question id)")
         seen[str(rec["id"])] = line
         records.append(rec)
     return records

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"minimind-trl train: {one_line(exc)}", file=sys.stderr)
         return 2
     except NonFiniteError as exc:
-        saved = "Not saved; the last good state is named in" if isinstance(exc, NonFiniteStateError) else "State saved; see"
+        unsaved = isinstance(exc, NonFiniteStateError)
+        saved = "Not saved; the last good state is named in" if unsaved else "State saved; see"
         print(f"minimind-trl train: run stopped: {exc} {saved} {args.output_dir}/status.json.", file=sys.stderr)
         return 3
     return 0

@@ -158,8 +158,9 @@ class CheckFiniteWeights(TrainerCallback):
 
         params = [p for p in model.parameters() if p.numel()] if model is not None else []
         if params and not bool(torch.stack([torch.isfinite(p).all().to(params[0].device) for p in params]).all()):
-            raise NonFiniteStateError(f"the weights are not finite after the optimizer step of step {state.global_step + 1} "
-                                      "(the update overflowed: learning rate or update too large).")
+            raise NonFiniteStateError(f"the weights are not finite after the optimizer step of step "
+                                      f"{state.global_step + 1} (the update overflowed: learning rate or update "
+                                      "too large).")
 
 
 # torch's messages for an update overflowing float32 (AdamW's step size lr / (1 - beta1^t)) and
