@@ -16,7 +16,7 @@ followed by its cut at the first eos and at ``max_completion_length``:
   the rollout step, the context ids and the context's occurrence number in the call, so a
   trajectory does not depend on which rows share its batch (batch size, accumulation, engine
   slicing). The distribution is TRL's: the same temperature / top-k / top-p warpers of
-  transformers, applied in that order, then one multinomial draw.
+  transformers, applied in that order, then one draw (inverse CDF: one uniform per row and token).
 """
 
 from __future__ import annotations
@@ -79,8 +79,11 @@ class RowSampler(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         for warper in self.warpers:
             scores = warper(input_ids, scores)
-        probs = torch.softmax(scores.float(), dim=-1)  # (B, V)
-        chosen = torch.stack([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)])
+        cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1)  # (B, V)
+        # Inverse-CDF sampling: one uniform per row from the row's own generator (u < total, so a
+        # zero-probability token, whose CDF step is flat, is never the first entry above u).
+        u = torch.cat([torch.rand(1, generator=g, device=cdf.device) for g in self.generators])  # (B,)
+        chosen = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).clamp_(max=cdf.shape[1] - 1)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, chosen, 0.0)
 
