@@ -336,6 +336,23 @@ def test_lora_grpo_on_moe_adapts_the_fused_experts_through_target_parameters(tmp
     assert torch.equal(start[router], final[router])  # the router is not a target
 
 
+def test_sft_evaluates_on_the_eval_split_during_training(tmp_path, data):
+    import shutil
+
+    folder = tmp_path / "sft"
+    shutil.copytree(data / "sft", folder)
+    shutil.copy(folder / "train.jsonl", folder / "val.jsonl")  # eval rows = train rows: eval_loss is the CE
+    run_dir = _train(tmp_path, {"kind": "sft", "data": {"path": str(folder), "verify": False, "eval_split": "val"},
+                                "sft": {"max_length": 2048},
+                                "training": {**TRAIN, "eval_strategy": "steps", "eval_steps": 1}})
+    rows = read_metrics(run_dir / "eval_metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2] and all(r["eval_loss"] > 0 for r in rows)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["data"]["eval"]["split"] == "val" and manifest["data"]["eval"]["rows"] == 6
+    with pytest.raises(RecipeError, match="eval_split is for kinds sft and grpo"):
+        validate_recipe({"kind": "dpo", "model": {"preset": "tiny"}, "data": {"path": "x", "eval_split": "val"}})
+
+
 def test_peft_target_parameters_must_be_names():
     raw = {"kind": "sft", "model": {"preset": "tiny"}, "data": {"path": "x"}, "peft": {**LORA, "target_parameters": []}}
     with pytest.raises(RecipeError, match="peft.target_parameters"):

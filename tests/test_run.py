@@ -232,3 +232,26 @@ def test_non_finite_reward_stops_the_cli_run(tmp_path, split_dir, capsys):
     assert status["state"] == "stopped" and status["step"] == 1
     assert (tmp_path / "run" / "checkpoint-1" / "rollout_state_0.pt").is_file()
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1]
+
+
+def test_grpo_evaluates_on_the_val_split_during_training(tmp_path, split_dir):
+    """data.eval_split + training.eval_strategy: TRL's evaluation loop runs rollouts on the val rows
+    (their rewards logged as eval_*), the manifest names the eval file; unset, the key is left out."""
+    recipe = write_recipe(tmp_path, split_dir, data={"eval_split": "val"},
+                          training={"max_steps": 2, "num_iterations": 1, "save_strategy": "no",
+                                    "eval_strategy": "steps", "eval_steps": 2, "per_device_eval_batch_size": 4})
+    run_dir = tmp_path / "run"
+    assert top_main(["train", str(recipe), "--output-dir", str(run_dir)]) == 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["data"]["eval"]["split"] == "val" and manifest["data"]["eval"]["rows"] == 4
+    assert read_status(run_dir)["state"] == "completed"
+    (evaluation,) = read_metrics(run_dir / "eval_metrics.jsonl")  # eval_steps=2, max_steps=2: once
+    assert evaluation["step"] == 2 and "eval_loss" in evaluation
+    assert any(key.startswith("eval_reward") for key in evaluation), sorted(evaluation)
+    assert all("eval_loss" not in row for row in read_metrics(run_dir / "metrics.jsonl"))  # step records apart
+
+
+def test_eval_split_needs_a_known_split_and_a_supported_kind(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir, data={"eval_split": "nope"}, training={"max_steps": 1})
+    assert top_main(["train", str(recipe), "--output-dir", str(tmp_path / "run")]) == 2
+    assert "nope" in capsys.readouterr().err

@@ -88,6 +88,13 @@ def build_model(spec: dict):
     return MiniMindForCausalLM(config).to(dtype)
 
 
+def load_eval_split(spec: dict) -> tuple[list[dict] | None, dict[str, Any] | None]:
+    """Rows of ``data.path/<data.eval_split>.jsonl`` (every row) and their manifest entry, or Nones."""
+    if spec.get("eval_split") is None:
+        return None, None
+    return load_split({**spec, "split": spec["eval_split"], "max_rows": None})
+
+
 def load_split(spec: dict) -> tuple[list[dict], dict[str, Any]]:
     """Rows of ``data.path/<split>.jsonl`` and what the manifest records about them."""
     folder = Path(spec["path"])
@@ -273,14 +280,23 @@ def peft_config(recipe: dict):
                       target_parameters=list(parameters) if parameters else None)
 
 
-def build_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
+def _eval_log(config, eval_rows: list[dict] | None) -> list | None:
+    """The callback that writes each evaluation during training to ``eval_metrics.jsonl``."""
+    from minimind_trl.trainer.callbacks import EVAL_METRICS_FILE, EvalLogCallback
+
+    return None if eval_rows is None else [EvalLogCallback(os.path.join(config.output_dir, EVAL_METRICS_FILE))]
+
+
+def build_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
     """The trainer of a recipe's kind (GRPO with the tool environment, SFT, DPO, distillation)."""
     builders = {"grpo": build_grpo_trainer, "sft": build_sft_trainer, "dpo": build_dpo_trainer,
                 "distill": build_distill_trainer}
+    if eval_rows is not None:  # data.eval_split: evaluation during training (training.eval_strategy)
+        return builders[recipe["kind"]](recipe, config, model, tokenizer, rows, eval_rows=eval_rows)
     return builders[recipe["kind"]](recipe, config, model, tokenizer, rows)
 
 
-def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
+def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
     from minimind_trl.envs.environment import make_environment_class
     from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
 
@@ -292,13 +308,15 @@ def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict])
         reward_funcs=funcs,
         args=config,
         train_dataset=grpo_dataset(rows, rollout["thinking_ratio"], recipe["seed"]),
+        eval_dataset=None if eval_rows is None else grpo_dataset(eval_rows, rollout["thinking_ratio"], recipe["seed"]),
         processing_class=tokenizer,
         environment_factory=environment,
         peft_config=peft_config(recipe),
+        callbacks=_eval_log(config, eval_rows),
     )
 
 
-def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
+def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
     from minimind_trl.sft import MiniMindSFTTrainer
 
     from minimind_trl.trainer.callbacks import LogHistoryCallback
@@ -306,7 +324,9 @@ def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict]):
     sft = recipe["sft"]
     trainer = MiniMindSFTTrainer(
         model=model, args=config, train_dataset=sft_dataset(rows, tokenizer, sft["max_length"], sft["mode"], sft.get("pack", False)),
-        processing_class=tokenizer, peft_config=peft_config(recipe),
+        eval_dataset=None if eval_rows is None else sft_dataset(eval_rows, tokenizer, sft["max_length"], sft["mode"],
+                                                               sft.get("pack", False)),
+        processing_class=tokenizer, peft_config=peft_config(recipe), callbacks=_eval_log(config, eval_rows),
     )
     trainer.add_callback(LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl")))
     return trainer

@@ -122,6 +122,26 @@ class DiagnosticsCallback(TrainerCallback):
             self._writer = None
 
 
+class EvalLogCallback(TrainerCallback):
+    """Each evaluation during training (``data.eval_split`` + ``training.eval_strategy``): one line
+    ``{"step", eval_*...}`` in ``eval_metrics.jsonl`` (``EVAL_METRICS_FILE``), main process only."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if not metrics or not state.is_world_process_zero:
+            return
+        writer = MetricsWriter(self.path)
+        try:
+            writer.write({"step": state.global_step, **metrics})
+        finally:
+            writer.close()
+
+
+EVAL_METRICS_FILE = "eval_metrics.jsonl"
+
+
 class LogHistoryCallback(TrainerCallback):
     """For trainers without step records (SFT): each training log (``step`` + the logged figures)."""
 

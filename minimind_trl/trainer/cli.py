@@ -92,6 +92,9 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
         tokenizer = build.build_tokenizer(recipe["tokenizer"])
     with build.recipe_key("data"):
         rows, data_info = build.load_split(recipe["data"])
+        eval_rows, eval_info = build.load_eval_split(recipe["data"])
+        if eval_info is not None:
+            data_info = {**data_info, "eval": eval_info}
     build.check_plugins(recipe)
     with build.recipe_key("model"):
         model = build.build_model(recipe["model"])
@@ -101,7 +104,7 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
     state.wait_for_everyone()
     model.config._name_or_path = model.name_or_path = str(initial)
     with build.recipe_key("training"):
-        trainer = build.build_trainer(recipe, config, model, tokenizer, rows)
+        trainer = build.build_trainer(recipe, config, model, tokenizer, rows, eval_rows)
     manifest = {
         "kind": recipe["kind"],
         "command": command,

@@ -31,7 +31,7 @@ _REQUIRED = object()
 SCHEMA: dict[str, dict[str, Any]] = {
     "model": {"preset": None, "path": None, "native": None, "config": {}, "dtype": "float32"},
     "tokenizer": {"path": None},
-    "data": {"path": _REQUIRED, "split": "train", "max_rows": None, "verify": True},
+    "data": {"path": _REQUIRED, "split": "train", "max_rows": None, "verify": True, "eval_split": None},
     "objective": {
         "preset": "grpo", "policy": None, "advantage": None, "reduction": None, "epsilon_low": None,
         "epsilon_high": None, "cispo_max": None, "fixed_length": None, "beta": 0.0,
@@ -88,6 +88,7 @@ _NAMES = (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str)
 VALUES = {
     "tokenizer.path": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a path or null"),
     "data.path": _NAME, "data.split": _NAME, "data.max_rows": _int(1, null=True), "data.verify": _BOOLEAN,
+    "data.eval_split": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a split name or null"),
     "rollout.group_size": _int(2), "rollout.prompts_per_rollout": _int(1, null=True),
     "rollout.max_tool_turns": _int(0), "rollout.thinking_ratio": _number(0, 1),
     "rollout.max_completion_length": _int(1), "rollout.temperature": _number(0, above=True),
@@ -356,6 +357,10 @@ def validate_recipe(raw: dict) -> dict:
         raise RecipeError("recipe: sft.pack is for sft.mode pretrain only (SFT rows keep their own loss masks)")
     if kind == "sft" and not recipe["sft"]["pack"]:
         del recipe["sft"]["pack"]  # off: left out, so older recipe hashes hold
+    if recipe["data"]["eval_split"] is None:
+        del recipe["data"]["eval_split"]  # unset: left out, so older recipe hashes hold
+    elif kind not in ("sft", "grpo"):
+        raise RecipeError(f"recipe: data.eval_split is for kinds sft and grpo, not {kind!r}")
     if recipe.get("peft") is not None:
         _check_peft(recipe["peft"])
         if recipe["peft"]["target_parameters"] is None:
