@@ -36,7 +36,14 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from minimind_trl.envs.kv_batch import KVBatch, cache_from_tensors, cache_tensors, compact, merge, prefill
+from minimind_trl.envs.kv_batch import (
+    KVBatch,
+    cache_from_tensors,
+    cache_tensors,
+    continue_rows,
+    merge,
+    prefill,
+)
 
 DECODE_SLICE = 32
 """Tokens per ``generate`` call (see `minimind_trl.envs.rollout.DECODE_SLICE`)."""
@@ -225,13 +232,7 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         if not rows:
             batch = None
             continue
-        index = torch.tensor(keep, device=batch.ids.device)
-        if output.cache is not None:
-            output.cache.batch_select_indices(index)
-        columns = len(generated[0])
-        new_ids = torch.tensor(last, device=index.device)[:, None]
-        ids = torch.cat([output.sequences[index, :-1], new_ids], 1)
-        mask = torch.cat([batch.mask[index], torch.ones((len(keep), columns), dtype=batch.mask.dtype,
-                                                        device=index.device)], 1)
-        batch = compact(KVBatch(ids, mask, output.cache, 1))
+        generated_mask = torch.ones((len(generated), len(generated[0])), dtype=batch.mask.dtype)  # no eos yet
+        batch = continue_rows(batch, output, keep, generated_mask, [[t] for t in last], [[1]] * len(last),
+                              pad_token_id)
     return results

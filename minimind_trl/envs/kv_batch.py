@@ -21,6 +21,7 @@ length-sorted groups with little padding; each row's cache is then assembled fro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -240,6 +241,22 @@ def prefill(model, prompts: list[list[int]], pad: int) -> KVBatch:
     select = torch.tensor(rows, device=device)  # repeats identical prompts; pads' entries stay zero
     tensors = [(keys[select], values[select]) for keys, values in layers]
     return KVBatch(ids[select], mask[select], cache_from_tensors(model, tensors), 1)
+
+
+def continue_rows(batch: KVBatch, output: Any, keep: list[int], generated_mask: torch.Tensor,
+                  pending: list[list[int]], pending_mask: list[list[int]], pad: int) -> KVBatch:
+    """The batch after a ``generate`` call on ``batch``: only rows ``keep``; their generated columns
+    but the last (the last sampled token was never fed: it leads ``pending``), masked by
+    ``generated_mask`` (B, columns); then each kept row's ``pending`` ids (its last token, then
+    anything appended: a tool turn), left-padded. Compacted (see `compact`)."""
+    index = torch.tensor(keep, device=batch.ids.device)
+    if output.cache is not None:
+        output.cache.batch_select_indices(index)
+    new_ids, new_mask = left_padded(pending, pad, pending_mask)
+    generated_mask = generated_mask[keep, :-1].to(index.device)
+    ids = torch.cat([output.sequences[index, :-1], new_ids.to(index.device)], 1)
+    mask = torch.cat([batch.mask[index], generated_mask, new_mask.to(index.device)], 1)
+    return compact(KVBatch(ids, mask, output.cache, new_ids.shape[1]))
 
 
 def compact(batch: KVBatch, slack: float = 0.25) -> KVBatch:

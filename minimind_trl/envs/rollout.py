@@ -42,7 +42,7 @@ from transformers import GenerationConfig
 from trl.chat_template_utils import parse_response
 
 from minimind_trl.data.formats import conversations_to_messages
-from minimind_trl.envs.kv_batch import KVBatch, compact, left_padded, merge, prefill
+from minimind_trl.envs.kv_batch import KVBatch, continue_rows, merge, prefill
 from minimind_trl.envs.registry import ToolRegistry
 from minimind_trl.envs.tools import parse_tool_calls
 
@@ -377,11 +377,4 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
         if not rows:
             batch = None
             continue
-        index = torch.tensor(keep, device=batch.ids.device)
-        if output.cache is not None:
-            output.cache.batch_select_indices(index)
-        new_ids, new_mask = left_padded(pending, pad, pending_mask)
-        generated_mask = generated_mask[keep, :-1].to(index.device)
-        ids = torch.cat([output.sequences[index, :-1], new_ids.to(index.device)], 1)
-        mask = torch.cat([batch.mask[index], generated_mask, new_mask.to(index.device)], 1)
-        batch = compact(KVBatch(ids, mask, output.cache, new_ids.shape[1]))
+        batch = continue_rows(batch, output, keep, generated_mask, pending, pending_mask, pad)
