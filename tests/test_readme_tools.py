@@ -33,7 +33,7 @@ def run_script(code: str, cwd: Path, name: str) -> str:
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
 def test_readme_tool_commands_run_as_written(preset, tmp_path):
-    export, load, lora = readme_blocks()
+    export, load, trl_sft, lora = readme_blocks()
     torch.manual_seed(0)
     run_dir = tmp_path / "runs" / "e0_sft"
     run_dir.mkdir(parents=True)
@@ -49,6 +49,10 @@ def test_readme_tool_commands_run_as_written(preset, tmp_path):
     out = run_script(load + LOAD_CHECKS, tmp_path, "load")
     qwen_class = "Qwen3MoeForCausalLM" if preset == "tiny-moe" else "Qwen3ForCausalLM"
     assert f"classes MiniMindForCausalLM {qwen_class}" in out
+
+    if preset == "tiny":  # TRL's stock SFTTrainer on the qwen3 export: two steps, a finite loss
+        out = run_script(trl_sft + TRL_CHECKS, tmp_path, "trl_sft")
+        assert "trained 2 steps" in out
 
 
 def lora_checks(preset: str) -> str:
@@ -69,4 +73,14 @@ ids = torch.tensor([[1, 5, 300, 42, 7]])
 with torch.no_grad():
     torch.testing.assert_close(model(ids).logits, qwen(ids).logits, atol=1e-5, rtol=1e-5)
 print("classes", type(model).__name__, type(qwen).__name__)
+"""
+
+
+TRL_CHECKS = """
+import math
+import sys
+assert not any(name.startswith("minimind_trl") for name in sys.modules)
+losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+assert trainer.state.global_step == 2 and losses and all(math.isfinite(float(v)) for v in losses)
+print("trained", trainer.state.global_step, "steps")
 """
