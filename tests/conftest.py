@@ -20,6 +20,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from minimind_trl.data.generator import generate_tasks  # noqa: E402
+from minimind_trl.data.manifest import write_jsonl_atomic  # noqa: E402
+from minimind_trl.data.splits import prepare_splits  # noqa: E402
+
 # One thread: tiny test models are faster single-threaded, and OpenMP barriers make 2 threads
 # crawl when anything else shares the cores.
 torch.set_num_threads(1)
@@ -39,3 +43,12 @@ def reference_dir() -> Path:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def split_dir(tmp_path_factory) -> Path:
+    """A small audited split folder (12 generated tasks: 8 / 2 / 2); test modules may define their own."""
+    root = tmp_path_factory.mktemp("data")
+    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(12, seed=3))
+    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[8, 2, 2])
+    return root / "splits"

@@ -13,21 +13,10 @@ import torch
 import yaml
 from test_trainer_helpers import tiny_tokenizer_path
 
-from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.manifest import write_jsonl_atomic
-from minimind_trl.data.splits import prepare_splits
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.trainer import cli, run
 from minimind_trl.trainer.callbacks import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status
-
-
-@pytest.fixture(scope="module")
-def split_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(12, seed=3))
-    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[8, 2, 2])
-    return root / "splits"
 
 
 @pytest.fixture
