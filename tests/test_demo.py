@@ -16,7 +16,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     seeds = demo.rl_seeds(42, demo.SIZES["quick"].rl_seeds)
     assert seeds == [42, 43]
     runs = [demo.run_name(name, seed) for seed in seeds for name in demo.CONDITIONS]
-    assert f"| sft | 1 |" in text
+    assert "| sft | 1 |" in text
     for name in demo.CONDITIONS:  # every objective: both seeds, each seed's mean, a two-level CI
         row = summary["metrics"]["task_success"][name]
         assert row["n_seeds"] == 2 and len(row["diff_ci_two_level"]) == 2

@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 from datasets import Dataset
+from test_rollout import SCRIPTS, independent_rendering, make_task, scripted  # tests/ is on sys.path
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 
@@ -26,7 +27,6 @@ from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import load_tokenizer
-from test_rollout import SCRIPTS, independent_rendering, make_task, scripted  # tests/ is on sys.path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -221,9 +221,9 @@ def test_a_run_is_evaluated_with_the_tools_it_trained_with(tmp_path, model, toke
     the evaluation's tools; the built-ins alone answer 'Tool compound_interest not found'."""
     import shutil
 
-    from minimind_trl.eval.runner import run_tools
-
     from test_rollout import scripted  # forces replies longer than one decode slice
+
+    from minimind_trl.eval.runner import run_tools
 
     tokenizer = load_tokenizer(tokenizer_dir)
     task = _task("[interest]", "c")

@@ -13,8 +13,8 @@ from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.sft import (
     ASSISTANT_HEADER,
-    MiniMindSFTTrainer,
     SUMMARY_FILE,
+    MiniMindSFTTrainer,
     assistant_token_mask,
     build_sft_dataset,
     run_sft,

@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from minimind_trl.data import templates as T
-from minimind_trl.data.exact import argument_number, decimal_text, exact_factor, gt_text, is_terminating, near_tie, round4
+from minimind_trl.data.exact import (
+    argument_number,
+    decimal_text,
+    exact_factor,
+    gt_text,
+    is_terminating,
+    near_tie,
+    round4,
+)
 from minimind_trl.data.validation import GenerationError
 from minimind_trl.envs.tools import EXCHANGE_RATES, TEMPERATURE_UNITS, UNIT_FACTORS
 

@@ -318,7 +318,6 @@ def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict],
 
 def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
     from minimind_trl.sft import MiniMindSFTTrainer
-
     from minimind_trl.trainer.callbacks import LogHistoryCallback
 
     sft = recipe["sft"]
