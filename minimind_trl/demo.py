@@ -27,11 +27,25 @@ Every heavy stage is the public command a user would type (``minimind-trl train`
 path. A stage whose output is complete is skipped on ``--resume``; anything half-written is
 refused, never overwritten. ``--quick`` shrinks every stage (a couple of minutes; for CI-like
 smoke runs), without changing what is run.
+
+``--ablation`` adds the two missing cells of the 2x2 (advantage z-score / centred x reduction
+per-sequence mean / fixed L), with the same RL seeds: ``zscore_fixedL`` (Dr.GRPO's fixed-L
+reduction with GRPO's z-score advantage) and ``center_seqmean`` (GRPO's per-sequence mean with
+Dr.GRPO's centred advantage). The summary then reports the interaction
+``(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)``, GRPO and Dr.GRPO being
+the other two cells.
+
+Time. Every stage's wall time goes to ``timings.json``. After pretraining and SFT the demo projects
+the rest from how long this machine took for those two stages against the reference machine
+(:data:`REFERENCE_SECONDS`, 2 idle cores) and prints the projection. With ``--budget MINUTES`` it
+shortens the RL stage to fit: fewer rollouts per run (not below 2), then 2 RL seeds; what it chose
+is printed and recorded in ``timings.json`` (``plan``), and ``--resume`` keeps that plan.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import shutil
@@ -41,8 +55,31 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from minimind_trl.data import generate_tasks, prepare_splits
+from minimind_trl.data.drills import copy_drills
+from minimind_trl.data.gold import gold_file_rows
+from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.envs.tools import default_registry
+from minimind_trl.tokenization.default_corpus import default_corpus
+
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
+# --ablation: the 2x2's other two cells as recipe overrides (GRPO is z-score x per-sequence mean,
+# Dr.GRPO centred x fixed L).
+ABLATION_CONDITIONS = {
+    "zscore_fixedL": ("objective.preset=dr_grpo", "objective.advantage=zscore"),
+    "center_seqmean": ("objective.preset=grpo", "objective.advantage=center"),
+}
+INTERACTION = "zscore_seqmean=grpo,zscore_fixedL=zscore_fixedL,center_seqmean=center_seqmean,center_fixedL=dr_grpo"
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes" / "demo"  # the repository checkout
+TIMINGS_FILE = "timings.json"
+
+# Wall seconds of the full demo on the reference machine (2 idle cores; docs/demo_results.md). An RL
+# run costs ``rl_run_overhead + rollouts * rl_rollout`` (process start, model load, save; then each
+# rollout of 8 prompts x 4 trajectories with K=4 updates); ``eval`` is one checkpoint on 150 questions.
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 8.3, "eval": 14.0,
+                     "summary": 17.0}
+MIN_BUDGET_ROLLOUTS = 2
+MIN_BUDGET_SEEDS = 2
 
 
 @dataclass(frozen=True)
@@ -67,6 +104,7 @@ SIZES = {
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, drill_rows=200, pretrain_epochs=1.0, sft_rows=120,
                       sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=30),
 }
+UPDATES_PER_ROLLOUT = 4  # recipes/demo/rl.yaml: training.num_iterations (K)
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
 # or two ground-truth values, no distractor tools (prompts stay short enough for 2 CPU cores) and
@@ -128,12 +166,6 @@ def _training_done(run_dir: Path) -> bool:
 
 
 def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
-    from minimind_trl.data import generate_tasks, prepare_splits
-    from minimind_trl.data.drills import copy_drills
-    from minimind_trl.data.gold import gold_file_rows
-    from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_jsonl_atomic
-    from minimind_trl.envs.tools import default_registry
-
     splits, sft = out / "data" / "splits", out / "data" / "sft"
     if resume and _stage_done(splits, "manifest.json") and _stage_done(sft, "manifest.json"):
         return splits
@@ -181,8 +213,6 @@ def solution_text(gold: dict) -> str:
 def stage_tokenizer(out: Path, resume: bool) -> Path:
     """The project's tokenizer recipe (as ``scripts/build_default_tokenizer.py``): rendered gold
     trajectories of 4,000 generated tasks plus the package's general text, 6400 ids."""
-    from minimind_trl.data.manifest import write_jsonl_atomic
-    from minimind_trl.tokenization.default_corpus import default_corpus
 
     folder = out / "tokenizer"
     if _check_fresh(folder, resume, "tokenizer.json"):
@@ -212,13 +242,14 @@ def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume
 
 
 def stage_eval(out: Path, name: str, checkpoint: Path, splits: Path, tokenizer: Path, size: DemoSize,
-               resume: bool) -> Path:
+               resume: bool, split: str = "test") -> Path:
+    """Frozen greedy evaluation of ``checkpoint`` on ``split`` into ``out/eval/NAME``."""
     folder = out / "eval" / name
     if _check_fresh(folder, resume, "eval_manifest.json"):
         _log(f"eval {name}: already done, skipping")
         return folder
     _run(["eval", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--split-dir", str(splits),
-          "--split", "test", "--output-dir", str(folder), "--batch-size", str(size.eval_batch_size),
+          "--split", split, "--output-dir", str(folder), "--batch-size", str(size.eval_batch_size),
           "--max-new-tokens", "96"], out / "logs" / f"eval_{name}.log")
     return folder
 
@@ -235,49 +266,178 @@ def run_name(condition: str, rl_seed: int) -> str:
     return f"{condition}_seed{rl_seed}"
 
 
-def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, num_seeds: int | None = None) -> Path:
+def conditions(ablation: bool) -> dict[str, tuple[str, ...]]:
+    """Condition name -> its recipe overrides: the four objectives, plus the 2x2 cells with ``ablation``."""
+    table = {name: (f"objective.preset={name}",) for name in CONDITIONS}
+    if ablation:
+        table.update(ABLATION_CONDITIONS)
+    return table
+
+
+@dataclass(frozen=True)
+class RLPlan:
+    """What the RL stage runs: rollouts per run and RL seeds per condition."""
+
+    rl_rollouts: int
+    rl_seeds: int
+
+
+def projected_rest_seconds(plan: RLPlan, n_conditions: int, speed_factor: float) -> float:
+    """Seconds the RL, eval and summary stages should take on this machine: the reference stage
+    costs (:data:`REFERENCE_SECONDS`) times ``speed_factor`` (this machine's pretrain + SFT seconds
+    over the reference's)."""
+    ref = REFERENCE_SECONDS
+    runs = n_conditions * plan.rl_seeds
+    rl = runs * (ref["rl_run_overhead"] + plan.rl_rollouts * ref["rl_rollout"])
+    return speed_factor * (rl + (runs + 1) * ref["eval"] + ref["summary"])
+
+
+def fit_plan(wanted: RLPlan, n_conditions: int, speed_factor: float, seconds_left: float) -> RLPlan:
+    """The largest plan within ``seconds_left``: first fewer rollouts per run (down to
+    :data:`MIN_BUDGET_ROLLOUTS`), then fewer seeds (down to :data:`MIN_BUDGET_SEEDS`). When even the
+    smallest does not fit, the smallest (the caller warns)."""
+    seed_options = [wanted.rl_seeds] + ([MIN_BUDGET_SEEDS] if wanted.rl_seeds > MIN_BUDGET_SEEDS else [])
+    smallest = wanted
+    for seeds in seed_options:
+        for rollouts in range(wanted.rl_rollouts, min(wanted.rl_rollouts, MIN_BUDGET_ROLLOUTS) - 1, -1):
+            smallest = RLPlan(rollouts, seeds)
+            if projected_rest_seconds(smallest, n_conditions, speed_factor) <= seconds_left:
+                return smallest
+    return smallest
+
+
+class Timings:
+    """``timings.json``: wall seconds per stage (kept across ``--resume``), the speed factor and the plan."""
+
+    def __init__(self, out: Path):
+        self.path = out / TIMINGS_FILE
+        self.data: dict = {"stages": {}}
+        if self.path.is_file():
+            self.data = json.loads(self.path.read_text(encoding="utf-8"))
+
+    def record(self, stage: str, seconds: float) -> None:
+        self.data["stages"][stage] = round(seconds, 1)
+        self.save()
+
+    def seconds(self, stage: str) -> float | None:
+        return self.data["stages"].get(stage)
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.data)
+
+
+def _timed(timings: Timings, stage: str, work):
+    """Run ``work()``; record its wall time unless the stage was already done (skipped on resume)."""
+    started = time.time()
+    result, ran = work()
+    if ran:
+        timings.record(stage, time.time() - started)
+    return result
+
+
+def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditions: int, budget_min: float | None,
+             elapsed: float, full_size: bool) -> RLPlan:
+    wanted = RLPlan(size.rl_rollouts, size.rl_seeds if num_seeds is None else num_seeds)
+    if "plan" in timings.data:  # --resume: keep the plan the run started with
+        kept = RLPlan(**timings.data["plan"]["chosen"])
+        _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition (kept from {timings.path})")
+        return kept
+    base = [timings.seconds("pretrain"), timings.seconds("sft")]
+    plan, note = wanted, {}
+    if full_size and None not in base:
+        factor = sum(base) / (REFERENCE_SECONDS["pretrain"] + REFERENCE_SECONDS["sft"])
+        rest = projected_rest_seconds(wanted, n_conditions, factor)
+        _log(f"this machine took {sum(base):.0f} s for pretrain + SFT ({factor:.2f}x the reference machine); "
+             f"the rest should take about {rest / 60:.0f} min (total about {(elapsed + rest) / 60:.0f} min)")
+        note = {"speed_factor": round(factor, 3), "projected_total_s": round(elapsed + rest)}
+        if budget_min is not None:
+            plan = fit_plan(wanted, n_conditions, factor, budget_min * 60 - elapsed)
+            fitted = elapsed + projected_rest_seconds(plan, n_conditions, factor)
+            note["projected_total_s"] = round(fitted)
+            if plan != wanted:
+                updates = plan.rl_rollouts * UPDATES_PER_ROLLOUT
+                _log(f"--budget {budget_min:g} min: {plan.rl_rollouts} rollouts ({updates} updates) x "
+                     f"{plan.rl_seeds} seeds per condition instead of {wanted.rl_rollouts} x {wanted.rl_seeds}; "
+                     f"projected total {fitted / 60:.0f} min")
+            if fitted > budget_min * 60:
+                _log(f"warning: even that is projected to take {fitted / 60:.0f} min, over the "
+                     f"{budget_min:g}-minute budget (pretraining and SFT are not shortened); try --quick")
+    timings.data["plan"] = {"wanted": dataclasses.asdict(wanted), "chosen": dataclasses.asdict(plan),
+                            "budget_min": budget_min, **note}
+    timings.save()
+    return plan
+
+
+def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, num_seeds: int | None = None,
+             ablation: bool = False, budget_min: float | None = None) -> Path:
     """Run every stage into ``out``; returns the path of ``summary.md``. ``num_seeds`` RL seeds per
-    objective (default: the size's)."""
+    condition (default: the size's); ``ablation`` adds the 2x2 cells; ``budget_min`` fits the RL
+    stage into that many minutes (module docstring)."""
     started = time.time()
     out.mkdir(parents=True, exist_ok=True)
+    timings = Timings(out)
     splits = stage_data(out, size, seed, resume)
     tokenizer = stage_tokenizer(out, resume)
     common = [f"tokenizer.path={tokenizer}", f"seed={seed}"]
-    pretrained = stage_train(out, "pretrain", RECIPE_DIR / "pretrain.yaml",
-                             [f"data.path={out / 'data' / 'pretrain'}",
-                              f"training.num_train_epochs={size.pretrain_epochs}", *common], resume)
-    _log(f"pretrain done ({time.time() - started:.0f} s so far)")
-    sft = stage_train(out, "sft", RECIPE_DIR / "sft.yaml",
-                      [f"data.path={out / 'data' / 'sft'}", f"training.num_train_epochs={size.sft_epochs}",
-                       "model.preset=null", f"model.path={pretrained}", *common],
-                      resume)
-    _log(f"sft done ({time.time() - started:.0f} s so far)")
+
+    def train(name: str, recipe: str, overrides: list[str]):
+        def work():
+            done = _training_done(out / "runs" / name) and resume
+            return stage_train(out, name, RECIPE_DIR / recipe, overrides, resume), not done
+        final = _timed(timings, name, work)
+        _log(f"{name} done ({time.time() - started:.0f} s so far)")
+        return final
+
+    pretrained = train("pretrain", "pretrain.yaml", [f"data.path={out / 'data' / 'pretrain'}",
+                                                     f"training.num_train_epochs={size.pretrain_epochs}", *common])
+    sft = train("sft", "sft.yaml", [f"data.path={out / 'data' / 'sft'}", f"training.num_train_epochs={size.sft_epochs}",
+                                    "model.preset=null", f"model.path={pretrained}", *common])
+    table = conditions(ablation)
+    plan = _plan_rl(timings, size, num_seeds, len(table), budget_min, time.time() - started, size == SIZES["full"])
     checkpoints = {"sft": sft}
     labels = {"sft": "sft"}  # folder name -> summarize label (cond@seed)
-    for rl_seed in rl_seeds(seed, size.rl_seeds if num_seeds is None else num_seeds):
-        for name in CONDITIONS:
+    for rl_seed in rl_seeds(seed, plan.rl_seeds):
+        for name, objective in table.items():
             run = run_name(name, rl_seed)
-            checkpoints[run] = stage_train(
-                out, run, RECIPE_DIR / "rl.yaml",
-                [f"model.path={sft}", f"data.path={splits}", f"objective.preset={name}",
-                 f"training.max_steps={size.rl_rollouts * 4}", f"tokenizer.path={tokenizer}", f"seed={rl_seed}"],
-                resume,
-            )
+            checkpoints[run] = train(run, "rl.yaml", [
+                f"model.path={sft}", f"data.path={splits}", *objective,
+                f"training.max_steps={plan.rl_rollouts * UPDATES_PER_ROLLOUT}", f"tokenizer.path={tokenizer}",
+                f"seed={rl_seed}"])
             labels[run] = f"{name}@{rl_seed}"
-            _log(f"{run} done ({time.time() - started:.0f} s so far)")
-    evals = {run: stage_eval(out, run, ckpt, splits, tokenizer, size, resume) for run, ckpt in checkpoints.items()}
+    evals = {}
+    for run, ckpt in checkpoints.items():
+        def work(run=run, ckpt=ckpt):
+            done = resume and _stage_done(out / "eval" / run, "eval_manifest.json")
+            return stage_eval(out, run, ckpt, splits, tokenizer, size, resume), not done
+        evals[run] = _timed(timings, f"eval_{run}", work)
     summary_dir = out / "summary"
-    if not (resume and _stage_done(summary_dir, "summary.md")):
+
+    plots = out / "plots"
+
+    def summarize():
+        if resume and _stage_done(summary_dir, "summary.md"):
+            return None, False
         if summary_dir.exists():
             shutil.rmtree(summary_dir)
         _run(["summarize", *[f"{labels[run]}={path}" for run, path in evals.items()], "--baseline", "sft",
-              "--output-dir", str(summary_dir)], out / "logs" / "summarize.log")
-    plots = out / "plots"
-    if not (resume and plots.is_dir() and any(plots.iterdir())):
+              *(["--interaction", INTERACTION] if ablation else []), "--output-dir", str(summary_dir)],
+             out / "logs" / "summarize.log")
+        return None, True
+
+    def plot():
+        if resume and plots.is_dir() and any(plots.iterdir()):
+            return None, False
         shutil.rmtree(plots, ignore_errors=True)
         _run(["plot", "--runs", *[str(out / "runs" / run) for run in checkpoints if run != "sft"], "--summary",
               str(summary_dir / "summary.json"), "--output-dir", str(plots)], out / "logs" / "plot.log")
-    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {plots}")
+        return None, True
+
+    _timed(timings, "summary", summarize)
+    _timed(timings, "plots", plot)
+    timings.data["total_s"] = round(time.time() - started, 1)
+    timings.save()
+    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {plots}; "
+         f"stage times: {timings.path}")
     return summary_dir / "summary.md"
 
 
@@ -288,11 +448,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42, help="data, pretraining and SFT seed; the first RL seed")
     parser.add_argument("--seeds", type=int, default=None,
                         help="RL seeds per objective (default 3; --quick: 2): seed, seed+1, ...")
+    parser.add_argument("--ablation", action="store_true",
+                        help="also train the 2x2 cells zscore_fixedL and center_seqmean; the summary reports "
+                             "the interaction")
+    parser.add_argument("--budget", type=float, default=None, metavar="MINUTES",
+                        help="fit the RL stage into this many minutes in all (fewer rollouts, then 2 seeds), "
+                             "projected from this machine's pretrain + SFT time (full size only)")
     parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
     args = parser.parse_args(argv)
+    if args.budget is not None and args.budget <= 0:
+        parser.error(f"--budget must be a positive number of minutes, got {args.budget}")
     try:
         summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
-                           args.seeds)
+                           args.seeds, args.ablation, args.budget)
     except DemoError as exc:
         print(f"minimind-trl demo: {exc}", file=sys.stderr)
         return 2

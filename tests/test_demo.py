@@ -53,3 +53,71 @@ def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
     (out / "data" / "stray.txt").write_text("x")
     assert demo.main(["--quick", "--output-dir", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_fit_plan_shortens_rollouts_then_seeds_to_meet_the_budget():
+    wanted = demo.RLPlan(rl_rollouts=6, rl_seeds=3)
+    full = demo.projected_rest_seconds(wanted, 4, 1.0)
+    # 12 runs x (13 s + 6 rollouts x 8.3 s) + 13 evals x 14 s + 17 s, at the reference speed
+    assert full == pytest.approx(952.6)
+    assert demo.projected_rest_seconds(wanted, 4, 2.0) == pytest.approx(2 * full)
+    assert demo.fit_plan(wanted, 4, 1.0, full) == wanted  # fits: unchanged
+    four = demo.projected_rest_seconds(demo.RLPlan(4, 3), 4, 1.0)
+    assert demo.fit_plan(wanted, 4, 1.0, four + 1) == demo.RLPlan(4, 3)  # the most rollouts that fit
+    # Just under 2 rollouts x 3 seeds (554.2 s): 2 seeds cost 8 x (13 + 8.3 r) + 9 x 14 + 17 = 247 + 66.4 r,
+    # so r = 4 (512.6 s) is the most that fits; seeds drop only once 2 rollouts x 3 seeds is over.
+    two_by_three = demo.projected_rest_seconds(demo.RLPlan(2, 3), 4, 1.0)
+    assert two_by_three == pytest.approx(554.2)
+    assert demo.fit_plan(wanted, 4, 1.0, two_by_three) == demo.RLPlan(2, 3)
+    assert demo.fit_plan(wanted, 4, 1.0, two_by_three - 1) == demo.RLPlan(4, 2)
+    assert demo.fit_plan(wanted, 4, 1.0, 1.0) == demo.RLPlan(2, 2)  # nothing fits: the smallest plan
+
+
+def test_ablation_trains_the_two_cells_and_asks_for_the_interaction(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_train(out, name, recipe, overrides, resume):
+        calls.append((name, recipe.name, list(overrides)))
+        return out / "runs" / name / "final"
+
+    def fake_eval(out, name, checkpoint, splits, tokenizer, size, resume, split="test"):
+        return out / "eval" / name
+
+    monkeypatch.setattr(demo, "stage_data", lambda out, size, seed, resume: out / "data" / "splits")
+    monkeypatch.setattr(demo, "stage_tokenizer", lambda out, resume: out / "tokenizer")
+    monkeypatch.setattr(demo, "stage_train", fake_train)
+    monkeypatch.setattr(demo, "stage_eval", fake_eval)
+    commands = []
+    monkeypatch.setattr(demo, "_run", lambda args, log_file: commands.append(args))
+    out = tmp_path / "demo"
+    demo.run_demo(out, demo.SIZES["quick"], seed=7, ablation=True)
+    rl = [(name, overrides) for name, recipe, overrides in calls if recipe == "rl.yaml"]
+    assert [name for name, _ in rl] == [demo.run_name(c, s) for s in (7, 8) for c in
+                                        ("grpo", "cispo", "dr_grpo", "gspo", "zscore_fixedL", "center_seqmean")]
+    by_name = dict(rl)
+    assert {"objective.preset=dr_grpo", "objective.advantage=zscore", "seed=8"} <= set(by_name["zscore_fixedL_seed8"])
+    assert {"objective.preset=grpo", "objective.advantage=center", "seed=7"} <= set(by_name["center_seqmean_seed7"])
+    assert not any(o.startswith("objective.advantage") for o in by_name["grpo_seed7"])
+    summarize = next(c for c in commands if c[0] == "summarize")
+    cells = dict(item.split("=") for item in summarize[summarize.index("--interaction") + 1].split(","))
+    assert cells == {"zscore_seqmean": "grpo", "zscore_fixedL": "zscore_fixedL", "center_seqmean": "center_seqmean",
+                     "center_fixedL": "dr_grpo"}
+    assert "center_seqmean@8=" + str(out / "eval" / "center_seqmean_seed8") in summarize
+    timings = json.loads((out / demo.TIMINGS_FILE).read_text())
+    assert {"pretrain", "sft", "grpo_seed7", "eval_sft", "summary", "plots"} <= set(timings["stages"])
+    assert timings["plan"]["chosen"] == {"rl_rollouts": 1, "rl_seeds": 2} and "speed_factor" not in timings["plan"]
+
+
+def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_path, capsys):
+    timings = demo.Timings(tmp_path)
+    timings.record("pretrain", 2 * demo.REFERENCE_SECONDS["pretrain"])  # a machine half as fast
+    timings.record("sft", 2 * demo.REFERENCE_SECONDS["sft"])
+    elapsed = 2 * (demo.REFERENCE_SECONDS["pretrain"] + demo.REFERENCE_SECONDS["sft"])
+    plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, elapsed, full_size=True)
+    assert plan == demo.fit_plan(demo.RLPlan(6, 3), 4, 2.0, 30 * 60 - elapsed)
+    assert plan != demo.RLPlan(6, 3)
+    saved = json.loads((tmp_path / demo.TIMINGS_FILE).read_text())["plan"]
+    assert saved["speed_factor"] == 2.0 and saved["budget_min"] == 30.0
+    assert "--budget 30 min" in capsys.readouterr().out
+    again = demo._plan_rl(demo.Timings(tmp_path), demo.SIZES["full"], None, 4, None, 0.0, full_size=True)
+    assert again == plan  # --resume keeps the plan the run started with
