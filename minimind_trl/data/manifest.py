@@ -1,78 +1,33 @@
-"""Hashes and atomic writes: the audit trail shared by data preparation, training and evaluation.
+"""Split-folder manifests: :func:`verify_manifest` checks the SHA-256 every listed output records.
 
-Every file that matters is written to a temporary file in the destination folder, flushed to disk,
-then moved into place with :func:`os.replace`, so a reader never sees a half-written file and a
-crash leaves the previous version intact.
+The hashing and atomic writers this audit trail is built on (every file that matters is written
+to a temporary file in the destination folder, fsynced, then moved into place with
+:func:`os.replace`) live in :mod:`minimind_trl.fsio`; they are re-exported here for importers.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import tempfile
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from minimind_trl.data.validation import DataFormatError, read_json_file
+from minimind_trl.fsio import (
+    DataFormatError,
+    current_umask,
+    dumps_jsonl_row,
+    read_json_file,
+    sha256_file,
+    sha256_text,
+    write_json_atomic,
+    write_jsonl_atomic,
+    write_text_atomic,
+)
 
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def sha256_text(text: str) -> str:
-    """Hex SHA-256 of a string's UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def current_umask() -> int:
-    """The process umask (read by setting and restoring it)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` atomically; returns the path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(tmp_name, 0o666 & ~current_umask())  # mkstemp makes 0600; give a normal file's mode
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-    return target
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
-    """Write ``obj`` as JSON (UTF-8, non-ASCII kept, trailing newline) atomically."""
-    return write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=indent) + "\n")
-
-
-def dumps_jsonl_row(row: Any) -> str:
-    """One JSONL line (no newline): compact separators, non-ASCII kept, key order preserved."""
-    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
-
-
-def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[Any]) -> Path:
-    """Write one compact JSON object per line atomically (see :func:`dumps_jsonl_row`)."""
-    return write_text_atomic(path, "".join(dumps_jsonl_row(row) + "\n" for row in rows))
+__all__ = [
+    "verify_manifest",
+    # re-export: importers move in the final pass (these now live in minimind_trl.fsio)
+    "current_umask", "dumps_jsonl_row", "sha256_file", "sha256_text", "write_json_atomic", "write_jsonl_atomic",
+    "write_text_atomic",
+]
 
 
 def verify_manifest(folder: str | os.PathLike, manifest_name: str = "manifest.json") -> dict:
