@@ -1,4 +1,4 @@
-"""Plugin loading: tools, reward functions and verifiers by dotted path or by file path.
+"""Plugin loading: Python objects named by dotted path or by file path (the leaf of the package).
 
 A *spec* names a Python object:
 
@@ -10,15 +10,13 @@ A *spec* names a Python object:
 
 Failures raise `PluginError` (an `ImportError`) saying which spec failed and why.
 
-Tool plugins (`load_tool_plugin`): a module exposing ``register(registry)`` (the built-in tools
-are loaded this way) or a ``TOOLS`` sequence of functions; or a single tool function
-(``"file.py:compound_interest"``).
+This module knows nothing about tools or rewards and imports nothing else from the package; each
+registry lives with its domain and loads specs through `load_object`:
 
-Reward functions are found by name (`get_reward_function`): names registered with
-`register_reward_function` (a TRL reward function) or `register_reward_factory` (a function
-returning one, given options such as weights or a model path), else a spec. Verifiers likewise
-(`register_verifier`, `get_verifier`). The built-in names live in `minimind_trl.rewards`, which
-is imported on the first look-up.
+* tools: `minimind_trl.envs.tools` (`load_tool_plugin`, `default_registry`, `run_registry`);
+* reward functions and verifiers: `minimind_trl.rewards.registry` (`get_reward_function`,
+  `build_reward_functions`, `register_reward_function`, `register_reward_factory`,
+  `register_verifier`, `get_verifier`).
 """
 
 from __future__ import annotations
@@ -29,11 +27,17 @@ import importlib.util
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 class PluginError(ImportError):
     """A plugin spec could not be resolved."""
+
+
+def is_spec(name: str) -> bool:
+    """Whether a name is a plugin spec (``"module:attr"`` or ``"path/file.py"``) rather than a
+    registered name."""
+    return isinstance(name, str) and (":" in name or name.endswith(".py"))
 
 
 def _split(spec: str) -> tuple[str, str | None]:
@@ -88,100 +92,17 @@ def load_object(spec: str) -> Any:
     return obj
 
 
-def load_tool_plugin(registry, spec: str) -> list[str]:
-    """Add a plugin's tools to a `ToolRegistry`; returns the names added."""
-    before = set(registry.names())
-    obj = load_object(spec)
-    if isinstance(obj, types.ModuleType):
-        if callable(getattr(obj, "register", None)):
-            obj.register(registry)
-        elif getattr(obj, "TOOLS", None) is not None:
-            for tool in obj.TOOLS:
-                registry.register(tool)
-        else:
-            raise PluginError(f"tool plugin {spec!r} has neither register(registry) nor TOOLS")
-    elif callable(obj):
-        registry.register(obj)
-    else:
-        raise PluginError(f"tool plugin {spec!r} is not a module or a function")
-    return [name for name in registry.names() if name not in before]
+# re-export: importers move in the final pass. trainer/build.py (get_reward_function,
+# reward_function_names), tests/test_rewards.py (get_reward_function) and README.md
+# (register_reward_function) still name these here; they live in minimind_trl.rewards.registry.
+# Resolved on first access through `load_object`, so this module stays the leaf (no import arrow).
+_MOVED_TO_REWARDS = {"get_reward_function", "reward_function_names", "register_reward_function"}
 
 
-# --------------------------------------------------------------------------------------------
-# Named registries for reward functions and verifiers.
-
-_REWARD_FACTORIES: dict[str, Callable[..., Callable]] = {}
-_VERIFIERS: dict[str, Callable] = {}
-
-
-def _looks_like_spec(name: str) -> bool:
-    return ":" in name or name.endswith(".py")
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_REWARDS:
+        return load_object(f"minimind_trl.rewards.registry:{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def register_reward_function(name: str | None = None):
-    """Decorator: register a TRL reward function ``f(prompts, completions, **kwargs)`` under
-    ``name`` (default: its ``__name__``)."""
-    def decorator(func: Callable) -> Callable:
-        key = name or func.__name__
-
-        def factory(**options):
-            if options:
-                raise TypeError(f"reward function {key!r} takes no options, got {sorted(options)}")
-            return func
-        _REWARD_FACTORIES[key] = factory
-        return func
-    return decorator
-
-
-def register_reward_factory(name: str):
-    """Decorator: register ``factory(**options) -> reward function`` under ``name``."""
-    def decorator(factory: Callable[..., Callable]) -> Callable[..., Callable]:
-        _REWARD_FACTORIES[name] = factory
-        return factory
-    return decorator
-
-
-def _ensure_builtins() -> None:
-    importlib.import_module("minimind_trl.rewards")
-
-
-def reward_function_names() -> list[str]:
-    _ensure_builtins()
-    return sorted(_REWARD_FACTORIES)
-
-
-def get_reward_function(name: str, **options) -> Callable:
-    """A reward function by registered name (options go to its factory) or by spec."""
-    _ensure_builtins()
-    if name in _REWARD_FACTORIES:
-        return _REWARD_FACTORIES[name](**options)
-    if _looks_like_spec(name):
-        obj = load_object(name)
-        if options:
-            obj = obj(**options)
-        if not callable(obj):
-            raise PluginError(f"reward plugin {name!r} is not callable")
-        return obj
-    raise PluginError(f"unknown reward function {name!r}; registered: "
-                      f"{', '.join(sorted(_REWARD_FACTORIES))} (or give a module:attr spec)")
-
-
-def register_verifier(name: str | None = None):
-    """Decorator: register a verifier ``v(final_answer, gt, tool_results=()) -> Verification``."""
-    def decorator(func: Callable) -> Callable:
-        _VERIFIERS[name or func.__name__] = func
-        return func
-    return decorator
-
-
-def get_verifier(name: str) -> Callable:
-    """A verifier by registered name or by spec."""
-    _ensure_builtins()
-    if name in _VERIFIERS:
-        return _VERIFIERS[name]
-    if _looks_like_spec(name):
-        obj = load_object(name)
-        if not callable(obj):
-            raise PluginError(f"verifier plugin {name!r} is not callable")
-        return obj
-    raise PluginError(f"unknown verifier {name!r}; registered: {', '.join(sorted(_VERIFIERS))}")
+__all__ = ["PluginError", "is_spec", "load_module", "load_object"]

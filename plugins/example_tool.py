@@ -1,9 +1,12 @@
 """Example third-party tool plugin: compound interest.
 
-Load it by file path, as any plugin::
+Load it by file path, as any plugin (`minimind_trl.envs.tools`)::
 
     registry = default_registry(plugins=["plugins/example_tool.py"])           # via TOOLS
     load_tool_plugin(registry, "plugins/example_tool.py:compound_interest")    # one function
+
+or name it in a recipe: ``rollout.tools: ["plugins/example_tool.py"]``; the run's rewards that
+judge tool calls (``minimind_agent_reward``) then count ``compound_interest`` as a valid tool.
 
 A tool is a typed function with a Google-style docstring (that becomes its schema); it bounds
 its own work and raises `ToolError` for a bad request, which the registry reports as an

@@ -1,20 +1,21 @@
-"""Plugin loading by dotted path and by file path; tool, reward and verifier registries."""
+"""Plugin loading by dotted path and by file path (the leaf loader); tool plugins into a
+`ToolRegistry` (envs); reward and verifier registries (rewards)."""
 
+import ast
 import json
 
 import pytest
 
-from minimind_trl.envs.tools import ToolRegistry, default_registry
-from minimind_trl.plugins import (
-    PluginError,
+from minimind_trl import plugins
+from minimind_trl.envs.tools import ToolRegistry, default_registry, load_tool_plugin
+from minimind_trl.plugins import PluginError, is_spec, load_object
+from minimind_trl.rewards import verify
+from minimind_trl.rewards.registry import (
     get_reward_function,
     get_verifier,
-    load_object,
-    load_tool_plugin,
     register_verifier,
     reward_function_names,
 )
-from minimind_trl.rewards import verify
 
 
 @pytest.fixture
@@ -109,3 +110,23 @@ def test_bad_plugins_raise_clear_errors(tmp_path):
     with pytest.raises(PluginError, match="unknown verifier"):
         get_verifier("nope")
     assert issubclass(PluginError, ImportError)
+
+
+def test_plugins_is_a_leaf_loader():
+    """plugins.py imports nothing from the package (no arrow to envs or rewards) and holds no
+    registry; the names that moved to rewards still resolve there until their importers move."""
+    tree = ast.parse(open(plugins.__file__, encoding="utf-8").read())
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [name for name in imported if name and name.startswith("minimind_trl")], imported
+    assert not hasattr(plugins, "_REWARD_FACTORIES") and not hasattr(plugins, "load_tool_plugin")
+    assert plugins.get_reward_function is get_reward_function  # re-export, see plugins.py
+    assert plugins.reward_function_names is reward_function_names
+    with pytest.raises(AttributeError):
+        plugins.no_such_name  # noqa: B018
+
+
+def test_is_spec():
+    assert is_spec("plugins/example_reward.py:tool_backed_success_reward")
+    assert is_spec("pkg.module:attr") and is_spec("plugins/example_tool.py")
+    assert not is_spec("task_reward") and not is_spec(None)

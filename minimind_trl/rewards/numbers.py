@@ -20,8 +20,9 @@ NFKC folds full-width digits and punctuation (``１０００`` → ``1000``, ``�
   ``\\tfrac`` read as the fraction a/b when a is a number and b an integer; ``\\sqrt{x}``,
   ``\\sqrt[n]{x}`` (n ≤ 10, x ≥ 0, optionally with a number before it as coefficient:
   ``2\\sqrt{2}``) read as the root (exact for perfect powers, else written to 20 significant
-  digits, which the verifier's rounding rule meets with any shorter rounding); a ``\\frac`` / ``\\sqrt`` with any other content reads as no number at all (its
-  digits are never read one by one). ``\\%`` is ``%``, ``\\times`` / ``\\cdot`` are ``×``,
+  digits, which the verifier's rounding rule meets with any shorter rounding); a ``\\frac`` /
+  ``\\sqrt`` with any other content reads as no number at all (its digits are never read one
+  by one). ``\\%`` is ``%``, ``\\times`` / ``\\cdot`` are ``×``,
   ``^{n}`` is ``^(n)``;
 * percentages ``25%``: the mention's value is 25 and it is flagged ``percent``; the verifier
   also lets it stand for 0.25 (see `minimind_trl.rewards.verifier`);

@@ -16,6 +16,9 @@ one text at a time, since the model finds each sequence's last token through the
 
 from __future__ import annotations
 
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
 from minimind_trl.rewards.rewards import RewardFunction
 from minimind_trl.rewards.trajectory import view_completion
 
@@ -33,9 +36,6 @@ class RewardModelScorer:
 
     def __init__(self, path: str, device: str | None = None, max_length: int = 1024,
                  batch_size: int = 8):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.tokenizer.truncation_side = "left"
@@ -53,8 +53,6 @@ class RewardModelScorer:
         return f"{question}\n{answer}"
 
     def score(self, questions: list[str], answers: list[str]) -> list[float]:
-        import torch
-
         texts = [self.render(q, a) for q, a in zip(questions, answers)]
         step = self.batch_size if self.tokenizer.pad_token_id is not None else 1
         scores: list[float] = []

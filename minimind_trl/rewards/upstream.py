@@ -11,10 +11,11 @@ completion, with ``turns`` the assistant turns, each turn's *answer* its text af
   +1.0 if 20 ≤ len(think.strip()) ≤ 300 else −0.5 (think = text before the first
   ``</think>``) and +0.25 if ``</think>`` occurs exactly once else −0.25; plus the optional
   reward-model score of the answer; − rep_penalty(answer);
-* with tool calls: a call is *valid* when its tool exists and every required argument is
-  present and non-empty (numbers: not null); gap = |valid − len(gt)| + (calls − valid);
-  +0.5 if gap = 0 else −0.5·gap. The final text is "" when the trajectory is unfinished, else
-  the last turn's answer after its last ``</tool_call>``; + 2.5 · |{g ∈ gt hit}| / len(gt)
+* with tool calls: a call is *valid* when its tool is one of the run's tools (the registry the
+  reward is built with) and every required argument is present and non-empty (numbers: not
+  null); gap = |valid − len(gt)| + (calls − valid); +0.5 if gap = 0 else −0.5·gap. The final
+  text is "" when the trajectory is unfinished, else the last turn's answer after its last
+  ``</tool_call>``; + 2.5 · |{g ∈ gt hit}| / len(gt)
   using `lenient_gt_hits`; −0.5 if unfinished; − rep_penalty(final text, or the answer when
   the final text is empty);
 * the total is clipped to [−3, 3].
@@ -30,6 +31,7 @@ import re
 from typing import Callable
 
 from minimind_trl.envs.registry import ToolRegistry
+from minimind_trl.envs.tools import default_registry
 from minimind_trl.rewards.rewards import RewardFunction, gt_column
 from minimind_trl.rewards.trajectory import CompletionView, view_completion
 
@@ -116,11 +118,12 @@ def make_minimind_agent_reward(registry: ToolRegistry | None = None,
                                reward_model: Callable[[str], float] | None = None,
                                name: str = "minimind_agent_reward") -> RewardFunction:
     """The upstream agent reward as a TRL reward function. ``registry`` gives the tool names
-    and required arguments (default: the built-in tools); ``reward_model`` (answer text →
-    score) is added on completions without tool calls, as upstream does."""
-    if registry is None:
-        from minimind_trl.envs.tools import default_registry
-        registry = default_registry()
+    and required arguments a call is judged against: a run passes its own tools (its
+    ``rollout.tools`` plugins, narrowed to ``rollout.tool_names``; see
+    `minimind_trl.rewards.registry.build_reward_functions`); only when none is given are these the
+    built-in tools. ``reward_model`` (answer text → score) is added on completions without tool
+    calls, as upstream does."""
+    registry = default_registry() if registry is None else registry
 
     def reward(prompts, completions, **kwargs) -> list[float]:
         gts = gt_column(kwargs, len(completions))
