@@ -389,9 +389,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     case.append(best)
                 results += [{"task_mix": mix, **r} for r in case]
 
-    rows = [[r["kind"], r["task_mix"], r["samples_per_task"], r["tool_turns"], r["batch_size"], r["trajectories"], r["seconds"],
-             r["encode_seconds"], r["trajectories_per_s"], r["generated_tokens_per_s"], r["speedup_vs_naive"],
-             r.get("identical_to_naive", "-"), r["memory"]["peak_mib"], r["achieved_flops_per_s"] / 1e9]
+    rows = [[r["kind"], r["task_mix"], r["samples_per_task"], r["tool_turns"], r["batch_size"], r["trajectories"],
+             r["seconds"], r["encode_seconds"], r["trajectories_per_s"], r["generated_tokens_per_s"],
+             r["speedup_vs_naive"], r.get("identical_to_naive", "-"), r["memory"]["peak_mib"],
+             r["achieved_flops_per_s"] / 1e9]
             for r in results]
     print_table("Rollout throughput (scripted turns; speed-up = trajectories/s over the naive loop; "
                 "encode s = time in forwards of several positions per row: prompts, tool turns)",

@@ -17,7 +17,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("minimind_trl.eval.cli", "eval_main", "frozen greedy evaluation of a checkpoint"),
     "summarize": ("minimind_trl.eval.cli", "summarize_main", "paired-bootstrap summary over eval folders"),
     "plot": ("minimind_trl.eval.cli", "plot_main", "PNG figures from metrics.jsonl / eval folders"),
-    "export": ("minimind_trl.modeling.cli", "main", "write a checkpoint as a Hub folder (minimind / qwen3) or a GGUF file"),
+    "export": ("minimind_trl.modeling.cli", "main",
+               "write a checkpoint as a Hub folder (minimind / qwen3) or a GGUF file"),
     "sweep": ("minimind_trl.sweep", "main", "run a protocol (e1, e2, ...) condition by condition"),
     "demo": ("minimind_trl.demo", "main", "the CPU demo: tokenizer, data, SFT, four objectives, eval, summary"),
 }

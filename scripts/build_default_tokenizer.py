@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Rebuild the tokenizer shipped in ``minimind_trl/tokenization/default/``, deterministically.
 
-Corpus (see ``minimind_trl.tokenization.default_corpus``): rendered gold trajectories of generated
+Corpus (see ``minimind_trl.data.tokenizer_corpus``): rendered gold trajectories of generated
 agent-math tasks plus the project's general English/Chinese text. The corpus is written to a JSONL
 file (kept with ``--keep-corpus``) and its hash lands in ``default/build_info.json``; running the
 script twice gives byte-identical files.
@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from minimind_trl.data.tokenizer_corpus import default_corpus
+from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer
+
 
 def main(argv: list[str] | None = None) -> int:
-    from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer
-    from minimind_trl.tokenization.default_corpus import default_corpus
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-tasks", type=int, default=4000, help="generated tasks in the corpus")
     parser.add_argument("--task-seed", type=int, default=20240601, help="task generator seed")

@@ -23,7 +23,8 @@ MIN_HEAD_DIM = 32
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="a qwen3 / qwen3_moe export folder (minimind-trl export --format qwen3)")
+    p.add_argument("--model", required=True,
+                   help="a qwen3 / qwen3_moe export folder (minimind-trl export --format qwen3)")
     p.add_argument("--prompt", action="append", default=None, help="user message (repeatable; default: three)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--max-model-len", type=int, default=2048, help="vLLM context (bounds its KV cache)")

@@ -62,14 +62,16 @@ def run(tmp_path: Path, folder: Path, vllm_source: str | None, *extra: str, **en
         (path / "vllm.py").write_text(vllm_source, encoding="utf-8")
     return subprocess.run([sys.executable, str(SCRIPT), "--model", str(folder), "--max-new-tokens", "6", *extra],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(path), **env})
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(path),
+                               **env})
 
 
 def test_vllm_not_installed_exits_2_with_a_clear_message(tmp_path):
     blocked = 'raise ModuleNotFoundError("No module named \'vllm\'", name="vllm")\n'  # whatever is installed
     result = run(tmp_path, export(tmp_path, head_dim=32), blocked)
     assert result.returncode == 2
-    assert result.stderr.strip().startswith("check_vllm.py: vLLM is not installed") and "pip install vllm" in result.stderr
+    assert result.stderr.strip().startswith("check_vllm.py: vLLM is not installed")
+    assert "pip install vllm" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

@@ -42,7 +42,8 @@ def test_generate_prepare_gold_verify(tmp_path, capsys):
 
     train_sft = tmp_path / "train_sft.jsonl"
     assert data_main(["gold", "--input", str(out / "train.jsonl"), "--output", str(train_sft)]) == 0
-    assert {json.loads(line)["id"] for line in train_sft.read_text(encoding="utf-8").splitlines()} == {r["id"] for r in train}
+    gold_ids = {json.loads(line)["id"] for line in train_sft.read_text(encoding="utf-8").splitlines()}
+    assert gold_ids == {r["id"] for r in train}
 
     loaded = load_splits(out)  # rows read back through datasets still replay and render
     registry = default_registry()
@@ -56,7 +57,8 @@ def test_generate_prepare_gold_verify(tmp_path, capsys):
     again_out = tmp_path / "re-prepared"  # preparing prepared rows changes nothing
     assert data_main(["prepare", "--input", str(out / "train.jsonl"), "--output-dir", str(again_out),
                       "--sizes", "72,0,0"]) == 0
-    reprepared = {json.loads(line)["id"]: json.loads(line) for line in (again_out / "train.jsonl").read_text(encoding="utf-8").splitlines()}
+    reprepared_lines = (again_out / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    reprepared = {json.loads(line)["id"]: json.loads(line) for line in reprepared_lines}
     assert reprepared == {row["id"]: row for row in train}
 
     assert data_main(["verify", str(out)]) == 0

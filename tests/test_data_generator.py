@@ -52,8 +52,9 @@ def factor(value: float) -> Fraction:
 
 
 def temperature(value: Fraction, source: str, target: str) -> Fraction:
-    celsius = {"celsius": value, "kelvin": value - Fraction("273.15"), "fahrenheit": (value - 32) * Fraction(5, 9)}[source]
-    return {"celsius": celsius, "kelvin": celsius + Fraction("273.15"), "fahrenheit": celsius * Fraction(9, 5) + 32}[target]
+    kelvin_offset = Fraction("273.15")
+    celsius = {"celsius": value, "kelvin": value - kelvin_offset, "fahrenheit": (value - 32) * Fraction(5, 9)}[source]
+    return {"celsius": celsius, "kelvin": celsius + kelvin_offset, "fahrenheit": celsius * Fraction(9, 5) + 32}[target]
 
 
 def exact_value(call: dict) -> Fraction:
@@ -106,7 +107,8 @@ def test_chain_steps_use_the_previous_result(tasks):
         calls = json.loads(task["meta"]["calls"])
         for previous, call in zip(task["gt"], calls[1:]):
             assert call["name"] == "calculate_math"
-            assert re.search(rf"(?<![\d.]){re.escape(previous)}(?![\d.])", call["arguments"]["expression"]), (previous, call)
+            previous_as_number = rf"(?<![\d.]){re.escape(previous)}(?![\d.])"
+            assert re.search(previous_as_number, call["arguments"]["expression"]), (previous, call)
 
 
 def test_call_operands_appear_in_the_question(tasks):

@@ -133,7 +133,8 @@ def test_gold_renders_with_the_chat_template(golds):
     gold = next(g for g in golds if sum(1 for t in g["conversations"] if t["role"] == "tool") >= 2)
     messages, tools = conversations_to_messages(gold["conversations"])
     (text,), _ = render_jinja_template([messages], tools=tools, chat_template=CHAT_TEMPLATE)
-    calls = [call for turn in gold["conversations"] if turn.get("tool_calls") for call in json.loads(turn["tool_calls"])]
+    calls = [call for turn in gold["conversations"] if turn.get("tool_calls")
+             for call in json.loads(turn["tool_calls"])]
     for call in calls:
         body = json.dumps({"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
         assert f"<tool_call>\n{body}\n</tool_call>" in text

@@ -76,7 +76,8 @@ def test_lm_eval_yaml_names_existing_functions_fields_and_files(tmp_path, monkey
         assert getattr(utils, hooks["doc_to_target"].split(".")[1])(doc) == ", ".join(doc["gt"])
         scores = getattr(utils, hooks["process_results"].split(".")[1])(doc, ["I do not know."])
         assert set(scores) == {m["metric"] for m in config["metric_list"]} == {"task_success", "gt_coverage"}
-        assert config["generation_kwargs"]["until"][0] == "<|im_end|>" and config["generation_kwargs"]["do_sample"] is False
+        assert config["generation_kwargs"]["until"][0] == "<|im_end|>"
+        assert config["generation_kwargs"]["do_sample"] is False
 
 
 def test_lm_eval_prompts():

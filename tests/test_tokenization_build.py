@@ -8,9 +8,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from minimind_trl.cli import main as minimind_trl_cli
+from minimind_trl.data.tokenizer_corpus import default_corpus, general_text
 from minimind_trl.tokenization import CHAT_TEMPLATE, DEFAULT_TOKENIZER_DIR, build_tokenizer
 from minimind_trl.tokenization.cli import main as tokenizer_cli
-from minimind_trl.tokenization.default_corpus import general_text
 
 SMALL_VOCAB = 600
 TOOLS = [{"type": "function", "function": {"name": "calculate_math", "description": "Evaluate arithmetic.",
@@ -145,8 +145,6 @@ def test_shipped_folder_is_small_and_current():
 
 
 def test_default_corpus_renders_gold_trajectories():
-    from minimind_trl.tokenization.default_corpus import default_corpus
-
     documents = default_corpus(num_tasks=6, seed=3, general_repeats=2)
     tasks, general = documents[:6], documents[6:]
     for doc in tasks:

@@ -16,7 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from minimind_trl.data.generator import generate_tasks
+from minimind_trl.data.gold import gold_file_rows, gold_trajectory
+from minimind_trl.data.manifest import verify_manifest, write_jsonl_atomic
+from minimind_trl.data.splits import prepare_splits
 from minimind_trl.data.validation import DataError
+from minimind_trl.envs.tools import default_registry
 
 PREFIX = "minimind-trl data"
 
@@ -66,13 +71,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from minimind_trl.data.manifest import write_jsonl_atomic
-
     if args.command == "generate":
-        from minimind_trl.data.generator import generate_tasks
-        from minimind_trl.data.gold import gold_trajectory
-        from minimind_trl.envs.tools import default_registry
-
         registry = default_registry()
         tasks = generate_tasks(args.num_tasks, args.seed, registry=registry, max_distractors=args.max_distractors)
         gold_rows = [gold_trajectory(task, registry) for task in tasks] if args.gold_sft else None
@@ -82,15 +81,10 @@ def _run(args: argparse.Namespace) -> None:
             write_jsonl_atomic(args.gold_sft, gold_rows)
             print(f"wrote {len(gold_rows)} gold SFT trajectories to {args.gold_sft}")
     elif args.command == "gold":
-        from minimind_trl.data.gold import gold_file_rows
-        from minimind_trl.envs.tools import default_registry
-
         rows = gold_file_rows(args.input, default_registry())
         write_jsonl_atomic(args.output, rows)
         print(f"wrote {len(rows)} gold SFT trajectories to {args.output}")
     elif args.command == "prepare":
-        from minimind_trl.data.splits import prepare_splits
-
         manifest = prepare_splits(args.input, args.output_dir, seed=args.seed, sizes=args.sizes,
                                   fractions=args.fractions, skip_invalid=args.skip_invalid)
         rows, sizes = manifest["rows"], manifest["split_sizes"]
@@ -98,8 +92,6 @@ def _run(args: argparse.Namespace) -> None:
               f"(unused {sizes['unused']}); read {rows['read']}, invalid skipped {rows['invalid_skipped']}, "
               f"duplicates dropped {rows['duplicates_dropped']}; {len(manifest['strata'])} strata")
     else:
-        from minimind_trl.data.manifest import verify_manifest
-
         manifest = verify_manifest(Path(args.folder))
         print(f"{args.folder}: {len(manifest['outputs'])} files match manifest.json")
 

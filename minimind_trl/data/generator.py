@@ -73,7 +73,8 @@ def generate_tasks(
 ) -> list[dict]:
     """``num_tasks`` distinct task rows (module docstring), deterministic in ``seed``."""
     unknown = [op for op in op_types if op not in OP_TYPES]
-    if unknown or not set(n_gt_values) <= {1, 2, 3} or not set(langs) <= set(LANGS) or not set(difficulties) <= set(DIFFICULTIES):
+    if (unknown or not set(n_gt_values) <= {1, 2, 3} or not set(langs) <= set(LANGS)
+            or not set(difficulties) <= set(DIFFICULTIES)):
         raise DataError(f"unsupported generator options: op_types={op_types}, n_gt_values={n_gt_values}, "
                         f"langs={langs}, difficulties={difficulties}")
     strata = strata_for(op_types, n_gt_values)

@@ -84,7 +84,8 @@ def gold_trajectory(task: dict, registry) -> dict:
     if values != gt:
         raise DataError(f"task {task_id}: the tools now return {values}, the task's gt is {gt}")
     lang = meta.get("lang", "en")
-    conversations.append({"role": "assistant", "content": final_answer(task_id, lang, meta.get("op_type", ""), calls, values)})
+    answer = final_answer(task_id, lang, meta.get("op_type", ""), calls, values)
+    conversations.append({"role": "assistant", "content": answer})
     return {"id": task_id, "conversations": conversations}
 
 

@@ -23,7 +23,8 @@ OP_TYPES = ("arithmetic", "percentage", "power", "unit_conversion", "exchange_ra
 
 _RULES: tuple[tuple[str, re.Pattern], ...] = (
     ("exchange_rate", re.compile(
-        r"\b(USD|CNY|RMB|EUR|JPY|GBP|HKD|KRW|AUD|CAD|CHF|SGD)\b|exchange rate|汇率|美元|人民币|欧元|日元|英镑|港币|韩元",
+        r"\b(USD|CNY|RMB|EUR|JPY|GBP|HKD|KRW|AUD|CAD|CHF|SGD)\b|exchange rate"
+        r"|汇率|美元|人民币|欧元|日元|英镑|港币|韩元",
         re.IGNORECASE)),
     ("unit_conversion", re.compile(r"\bconver(t|sion)|换算|转换|折合", re.IGNORECASE)),
     ("percentage", re.compile(r"%|percent|百分之", re.IGNORECASE)),

@@ -85,7 +85,8 @@ CHAIN_STEP = {
 }
 CHAIN_JOIN = {
     "zh": (("{s1},然后{s2}", ",接着{s3}", "。"), ("请{s1},然后{s2}", ",最后{s3}", "。每一步的结果都告诉我。")),
-    "en": (("{s1}, then {s2}", ", and then {s3}", "."), ("{s1}. Then {s2}", ". Then {s3}", ". Report the result of every step.")),
+    "en": (("{s1}, then {s2}", ", and then {s3}", "."),
+           ("{s1}. Then {s2}", ". Then {s3}", ". Report the result of every step.")),
 }
 
 # final answers: {items} are per-call phrases such as "12 + 30 = 42"

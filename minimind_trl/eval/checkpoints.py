@@ -19,8 +19,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError
 from minimind_trl.eval.files import sha256_file
+from minimind_trl.modeling import get_preset, load_native_checkpoint  # importing modeling registers the Auto classes
+from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
@@ -67,14 +72,7 @@ def resolve_checkpoint(path: str | os.PathLike, preset: str | None = None) -> Ch
 
 def load_model(info: CheckpointInfo, device: str = "cpu"):
     """The model in float32 eval mode on ``device``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    import minimind_trl  # noqa: F401  (registers the MiniMind Auto classes)
-
     if info.kind == "native":
-        from minimind_trl.modeling import get_preset, load_native_checkpoint
-
         try:
             config = get_preset(info.preset)
         except ValueError as exc:
@@ -90,8 +88,6 @@ def load_model(info: CheckpointInfo, device: str = "cpu"):
 
 def load_eval_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike | None = None):
     """(tokenizer, source folder or None for the packaged one, tokenizer.json SHA256)."""
-    from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
-
     if tokenizer_path is not None:
         folder = Path(tokenizer_path)
     elif info.kind == "hub" and (info.path / "tokenizer.json").is_file():

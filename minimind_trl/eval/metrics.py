@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import evaluate
 import numpy as np
 
 METRIC_DIR = Path(__file__).resolve().parent / "tool_math_metric"
@@ -37,8 +38,6 @@ PER_QUESTION_METRICS: dict[str, Callable[[dict], float]] = {
 
 def load_tool_math_metric(config_name: str = "default"):
     """Load the tool-math `evaluate.Metric` from its local folder (no network, in memory)."""
-    import evaluate
-
     return evaluate.load(str(METRIC_DIR), config_name, keep_in_memory=True)
 
 

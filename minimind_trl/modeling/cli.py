@@ -15,6 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
+from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
+from minimind_trl.eval.errors import EvalError
+from minimind_trl.modeling.gguf_export import save_gguf
+from minimind_trl.modeling.hub import save_for_hub
+
 FORMATS = ("minimind", "qwen3", "gguf")
 
 
@@ -35,13 +42,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    import torch
-
-    from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
-    from minimind_trl.eval.errors import EvalError
-    from minimind_trl.modeling.gguf_export import save_gguf
-    from minimind_trl.modeling.hub import save_for_hub
-
     source = Path(args.checkpoint)
     manifest = None
     if source.is_dir() and (source / "final" / "config.json").is_file():  # a run folder

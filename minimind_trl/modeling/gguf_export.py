@@ -36,8 +36,10 @@ import os
 import tempfile
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType, TokenType, quants
 
 from .configuration_minimind import MiniMindConfig
 from .modeling_minimind import MiniMindForCausalLM
@@ -81,8 +83,6 @@ def gguf_pre_tokenizer(tokenizer) -> str:
 
 def gguf_vocab(tokenizer, vocab_size: int) -> tuple[list[str], list[int], list[str]]:
     """(token strings by id, GGUF token types, merges "a b") for a byte-level BPE tokenizer."""
-    from gguf import TokenType
-
     data = json.loads(tokenizer.backend_tokenizer.to_str())
     model = data["model"]
     if model.get("type") != "BPE":
@@ -147,8 +147,6 @@ def _check_supported(config: MiniMindConfig) -> None:
 
 
 def _add_tensor(writer, name: str, tensor: torch.Tensor, outtype: str) -> None:
-    from gguf import GGMLQuantizationType, quants
-
     array = tensor.detach().cpu().float().contiguous().numpy()
     if array.ndim == 1 or name.endswith("ffn_gate_inp.weight") or outtype == "f32":
         writer.add_tensor(name, array)
@@ -173,8 +171,6 @@ def save_gguf(
     pre-tokenizer (default: `gguf_pre_tokenizer(tokenizer)`). Written to a temporary file beside
     `path`, then renamed.
     """
-    import gguf
-
     if not isinstance(model, MiniMindForCausalLM):
         raise ValueError(f"save_gguf: model must be a MiniMindForCausalLM (got {type(model).__name__})")
     if outtype not in OUTTYPES:

@@ -12,18 +12,17 @@ explicit gate/up/down list) adapts attention only. PEFT reaches them through `ta
 
 from __future__ import annotations
 
+from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULT_LORA_TARGETS
+
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ATTENTION_MODULES = LORA_TARGET_MODULES[:4]
 MOE_EXPERT_PARAMETERS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 
 
 def register_peft_defaults() -> bool:
-    """Register the default LoRA target modules for model_type "minimind"; False without peft."""
-    try:
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
-    except ImportError:
-        return False
-    defaults.setdefault("minimind", list(LORA_TARGET_MODULES))
+    """Register the default LoRA target modules for model_type "minimind" (an existing entry is kept);
+    True once registered (peft is a required dependency)."""
+    PEFT_DEFAULT_LORA_TARGETS.setdefault("minimind", list(LORA_TARGET_MODULES))
     return True
 
 

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from minimind_trl.tokenization.loading import load_tokenizer
 from minimind_trl.tokenization.template import CHAT_TEMPLATE, RESPONSE_TEMPLATE, normalize_conversation
 from minimind_trl.tokenization.vocab import (
     ADDED_TOKENS,
@@ -242,6 +243,4 @@ def build_tokenizer(
     if provenance:
         info["provenance"] = provenance
     (out / BUILD_INFO_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    from minimind_trl.tokenization.loading import load_tokenizer
-
     return load_tokenizer(str(out))

@@ -11,6 +11,10 @@ import argparse
 import json
 import sys
 
+from minimind_trl.tokenization.builder import build_tokenizer
+from minimind_trl.tokenization.loading import DEFAULT_TOKENIZER_DIR, load_tokenizer
+from minimind_trl.tokenization.vocab import ADDED_TOKENS
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -34,8 +38,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from minimind_trl.tokenization.builder import build_tokenizer
-
     tokenizer = build_tokenizer(
         args.corpus, args.output_dir, vocab_size=args.vocab_size, seed=args.seed, max_documents=args.max_documents
     )
@@ -44,9 +46,6 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from minimind_trl.tokenization.loading import DEFAULT_TOKENIZER_DIR, load_tokenizer
-    from minimind_trl.tokenization.vocab import ADDED_TOKENS
-
     tokenizer = load_tokenizer(args.path)
     summary = {
         "path": str(args.path or DEFAULT_TOKENIZER_DIR),

@@ -1,42 +1,12 @@
-"""The corpus of the shipped default tokenizer: project data plus general text.
+"""Moved: the default tokenizer's corpus is `minimind_trl.data.tokenizer_corpus`.
 
-* Agent-math gold trajectories from the task generator, rendered through the chat template
-  (system turn with the tools preamble, question, tool calls, tool responses, final answer), so
-  the template's pieces, tool names, units and question phrasings become cheap tokens.
-* General English and Chinese prose written for this project (``general_text.txt``), so ordinary
-  text also tokenizes sensibly.
-
-`scripts/build_default_tokenizer.py` writes these documents to a JSONL file and trains on it.
+This module only re-exports its names for `minimind_trl/demo.py` until that importer moves.
 """
 
-from __future__ import annotations
-
-from importlib import resources
-
-from minimind_trl.tokenization.builder import render_conversation
-
-GENERAL_TEXT_FILE = "general_text.txt"
-
-
-def general_text() -> str:
-    """The project's own general English/Chinese prose."""
-    return resources.files(__package__).joinpath(GENERAL_TEXT_FILE).read_text(encoding="utf-8")
-
-
-def task_documents(num_tasks: int, seed: int) -> list[str]:
-    """Rendered gold trajectories of ``num_tasks`` generated agent-math tasks."""
-    from minimind_trl.data import generate_tasks, gold_trajectory
-    from minimind_trl.envs.tools import default_registry
-
-    registry = default_registry()
-    documents = []
-    for task in generate_tasks(num_tasks, seed):
-        row = gold_trajectory(task, registry)
-        documents.append(render_conversation(row["conversations"], f"gold trajectory of task {task['id']}"))
-    return documents
-
-
-def default_corpus(num_tasks: int, seed: int, general_repeats: int) -> list[str]:
-    """Task renderings followed by the general text, repeated ``general_repeats`` times (its weight)."""
-    paragraphs = [p.strip() + "\n" for p in general_text().split("\n\n") if p.strip()]
-    return task_documents(num_tasks, seed) + paragraphs * general_repeats
+# re-export: importers move in the final pass
+from minimind_trl.data.tokenizer_corpus import (  # noqa: F401
+    GENERAL_TEXT_FILE,
+    default_corpus,
+    general_text,
+    task_documents,
+)
