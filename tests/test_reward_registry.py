@@ -66,6 +66,8 @@ def test_parity_reward_refuses_a_builtin_tool_excluded_by_tool_names(tool_plugin
     assert reward(None, [INTEREST_CALL, CONVERSION_CALL], gt=[["1102.5"], ["2000"]]) == [3.0, 1.5]
     builtin_reward = get_reward_function("minimind_agent_reward")
     assert builtin_reward(None, [CONVERSION_CALL], gt=[["2000"]]) == [3.0]
+    with pytest.raises(TypeError, match="'registry' is not an option"):
+        build_reward_functions([{**PARITY[0], "options": {"registry": None}}], registry)
 
 
 def test_tool_aware_factories_by_name_and_by_spec(tmp_path, tool_plugin, monkeypatch):

@@ -1,6 +1,6 @@
 """The built-in tools, written as a tool plugin: this module's `register(registry)` is what
-`load_tool_plugin(registry, "minimind_trl.envs.builtin_tools")` calls, exactly as for a
-third-party plugin.
+`load_tool_plugin(registry, "minimind_trl.envs.builtin_tools")` (`minimind_trl.envs.tools`) calls,
+exactly as for a third-party plugin.
 
 All tools are deterministic: the exchange rates, weather and clock are fixed mock data (no
 network, no real time), and `random_number` is seeded by its own arguments. Tools return a

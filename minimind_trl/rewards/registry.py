@@ -140,6 +140,8 @@ def get_reward_function(name: str, *, tool_registry: ToolRegistry | None = None,
         raise PluginError(f"unknown reward function {name!r}; registered: "
                           f"{', '.join(reward_function_names())} (or give a module:attr spec)")
     if entry.uses_tool_registry:
+        if "registry" in options:
+            raise TypeError(f"reward {name!r} is given the run's tools; 'registry' is not an option")
         options = {**options, "registry": default_registry() if tool_registry is None else tool_registry}
     func = entry.factory(**options)
     if not callable(func):
