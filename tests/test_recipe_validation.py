@@ -7,9 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+import transformers
 import yaml
 from test_trainer_helpers import tiny_tokenizer_path
 
+import minimind_trl.modeling as modeling
 from minimind_trl.trainer import cli
 from minimind_trl.trainer.recipe import MAX_YAML_NODES, RecipeError, load_recipe
 
@@ -70,10 +72,6 @@ BAD = [
 @pytest.mark.parametrize("overrides, key", BAD, ids=lambda v: v if isinstance(v, str) else ",".join(v))
 def test_invalid_values_exit_2_with_one_line_before_any_model(tmp_path, split_dir, capsys, monkeypatch, overrides,
                                                              key):
-    import transformers
-
-    import minimind_trl.modeling as modeling
-
     built = []
 
     def record(*args, **kwargs):

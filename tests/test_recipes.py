@@ -8,20 +8,23 @@ distillation each run two steps of the tiny preset through ``minimind-trl train`
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForSequenceClassification
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.trainer import build, cli
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.trainer import cli, kinds
 from minimind_trl.trainer.callbacks import read_metrics
-from minimind_trl.trainer.recipe import RecipeError, load_recipe, validate_recipe
+from minimind_trl.trainer.recipe import RecipeError, load_recipe, read_recipe_file, validate_recipe
 from minimind_trl.trainer.run import ADAPTER, FINAL_MODEL, read_status
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
@@ -46,10 +49,7 @@ def rel(path: Path) -> str:
 
 
 def _config(recipe: dict, tmp_path: Path):
-    if recipe["kind"] == "grpo":
-        return build.grpo_config(recipe, str(tmp_path / "run"), processes=1)
-    return {"sft": build.sft_config, "dpo": build.dpo_config, "distill": build.distill_config}[recipe["kind"]](
-        recipe, str(tmp_path / "run"))
+    return kinds.get_kind(recipe["kind"]).make_config(recipe, str(tmp_path / "run"), 1)
 
 
 def test_the_recipe_folder_holds_every_condition():
@@ -65,7 +65,7 @@ def test_the_recipe_folder_holds_every_condition():
 def test_every_recipe_loads_validates_and_builds_its_config(path, tmp_path):
     recipe = load_recipe(path, CPU)
     config = _config(recipe, tmp_path)
-    training = yaml.safe_load(path.read_text(encoding="utf-8"))["training"]
+    training = read_recipe_file(path)["training"]  # what the file (and its bases) set
     assert config.learning_rate == pytest.approx(float(training["learning_rate"]))  # set, not TRL's default
     assert config.activation_checkpointing is False and config.gradient_checkpointing is False
     assert config.seed == recipe["seed"]
@@ -75,12 +75,12 @@ def test_every_recipe_loads_validates_and_builds_its_config(path, tmp_path):
 
 @pytest.mark.parametrize("path", [p for p in ALL if p.parent.name != "demo"], ids=rel)
 def test_every_recipe_says_what_it_is_and_sets_its_fields(path):
-    text = path.read_text(encoding="utf-8")
-    header = text.split("\nkind:")[0]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))])
     assert header.startswith("# ") and len(header.splitlines()) >= 3
     if "smoke" not in path.name:
         assert "arXiv:" in header or "upstream MiniMind" in header, "name the objective's paper"
-    training = yaml.safe_load(text)["training"]
+    training = read_recipe_file(path)["training"]  # set explicitly in the file or in its base
     for key in ("learning_rate", "lr_scheduler_type", "warmup_steps", "bf16", "activation_checkpointing",
                 "logging_steps", "save_strategy", "report_to", "max_grad_norm", "weight_decay", "optim"):
         assert key in training, f"training.{key} not set explicitly"
@@ -188,7 +188,7 @@ def test_peft_section_is_optional_and_leaves_older_hashes_alone():
     assert "peft" not in recipe and recipe["sft"] == {"max_length": 1024, "mode": "sft"}
     lora = validate_recipe({**BASE, "kind": "sft", "peft": {"target_modules": ["q_proj"]}})
     assert lora["peft"] == {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj"]}
-    config = build.peft_config(lora)
+    config = kinds.peft_config(lora)
     assert (config.r, config.lora_alpha, set(config.target_modules)) == (16, 32, {"q_proj"})
 
 
@@ -232,8 +232,6 @@ def _train(tmp_path: Path, recipe: dict, name: str = "run") -> Path:
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    from transformers import AutoModelForCausalLM
-
     return dict(AutoModelForCausalLM.from_pretrained(str(folder)).state_dict())
 
 
@@ -272,23 +270,21 @@ def test_dpo_trains_against_the_initial_model(tmp_path, data, lora):
 def test_dpo_rows_are_rendered_with_the_chat_template(data):
     tokenizer = tiny_tokenizer()
     rows = [json.loads(line) for line in (data / "dpo" / "train.jsonl").read_text().splitlines()]
-    dataset = build.dpo_dataset(rows, tokenizer)
+    dataset = kinds.dpo_dataset(rows, tokenizer)
     row = dataset[0]
     assert row["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and "<tools>" in row["prompt"]
     assert row["chosen"].endswith("<|im_end|>") and "<tool_call>" in row["chosen"]
     assert row["rejected"] == "It is 7.<|im_end|>"
     with pytest.raises(RecipeError, match="identical"):
-        build.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": rows[0]["chosen"]}], tokenizer)
+        kinds.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": rows[0]["chosen"]}], tokenizer)
     other_question = [rows[0]["chosen"][0], {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
     with pytest.raises(RecipeError, match="share a prompt"):
-        build.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": other_question}], tokenizer)
+        kinds.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": other_question}], tokenizer)
     with pytest.raises(RecipeError, match="needs 'chosen' and 'rejected'"):
-        build.dpo_dataset([{"chosen": rows[0]["chosen"]}], tokenizer)
+        kinds.dpo_dataset([{"chosen": rows[0]["chosen"]}], tokenizer)
 
 
 def test_distillation_from_a_teacher_folder(tmp_path, data):
-    from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
-
     torch.manual_seed(7)
     teacher = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), tiny_tokenizer(), tmp_path / "teacher")
     run_dir = _train(tmp_path, {"kind": "distill", "data": {"path": str(data / "tasks"), "verify": False},
@@ -300,11 +296,11 @@ def test_distillation_from_a_teacher_folder(tmp_path, data):
 
 
 def test_distill_tools_answer_like_the_environment():
-    tools = build.distill_tools({"max_tool_turns": 2, "tool_names": ["calculate_math", "unit_converter"]})
+    tools = kinds.distill_tools({"max_tool_turns": 2, "tool_names": ["calculate_math", "unit_converter"]})
     assert [t.__name__ for t in tools] == ["calculate_math", "unit_converter"]
     assert json.loads(tools[0](expression="6*7")) == {"result": "42"}
     assert "error" in json.loads(tools[0](expression="import os"))
-    assert build.distill_tools({"max_tool_turns": 0, "tool_names": None}) == []
+    assert kinds.distill_tools({"max_tool_turns": 0, "tool_names": None}) == []
 
 
 def test_lora_grpo_runs_and_merges(tmp_path, data):
@@ -337,8 +333,6 @@ def test_lora_grpo_on_moe_adapts_the_fused_experts_through_target_parameters(tmp
 
 
 def test_sft_evaluates_on_the_eval_split_during_training(tmp_path, data):
-    import shutil
-
     folder = tmp_path / "sft"
     shutil.copytree(data / "sft", folder)
     shutil.copy(folder / "train.jsonl", folder / "val.jsonl")  # eval rows = train rows: eval_loss is the CE
@@ -349,7 +343,7 @@ def test_sft_evaluates_on_the_eval_split_during_training(tmp_path, data):
     assert [r["step"] for r in rows] == [1, 2] and all(r["eval_loss"] > 0 for r in rows)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["data"]["eval"]["split"] == "val" and manifest["data"]["eval"]["rows"] == 6
-    with pytest.raises(RecipeError, match="eval_split is for kinds sft and grpo"):
+    with pytest.raises(RecipeError, match="eval_split is for kinds grpo and sft, not 'dpo'"):
         validate_recipe({"kind": "dpo", "model": {"preset": "tiny"}, "data": {"path": "x", "eval_split": "val"}})
 
 
@@ -361,8 +355,6 @@ def test_peft_target_parameters_must_be_names():
 
 
 def _reward_model(folder: Path) -> str:
-    from transformers import Qwen3Config, Qwen3ForSequenceClassification
-
     torch.manual_seed(0)
     tokenizer = tiny_tokenizer()
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

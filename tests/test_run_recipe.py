@@ -12,10 +12,11 @@ from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.manifest import write_jsonl_atomic
+from minimind_trl.envs.rollout import task_messages
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.trainer import cli
-from minimind_trl.trainer.build import grpo_config, sft_dataset
 from minimind_trl.trainer.callbacks import read_metrics
+from minimind_trl.trainer.kinds import grpo_config, grpo_dataset, sft_dataset
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256, validate_recipe
 from minimind_trl.trainer.run import read_status
 
@@ -128,18 +129,12 @@ def test_sft_recipe_runs_through_the_cli(tmp_path):
 
 def test_grpo_prompts_offer_exactly_the_tools_of_each_task():
     """Training prompts keep the task's own tool list (as evaluation renders it), not the registry's."""
-    import json as _json
-
-    from minimind_trl.data import generate_tasks
-    from minimind_trl.envs.rollout import task_messages
-    from minimind_trl.trainer.build import grpo_dataset
-
     tasks = generate_tasks(6, seed=3)
     dataset = grpo_dataset(tasks, thinking_ratio=0.0, seed=0)
     for task, row in zip(tasks, dataset):
         prompt = row["prompt"]
         assert [m["role"] for m in prompt] == ["system", "user"]  # placeholder assistant turn dropped
         _, tools = task_messages({"conversations": prompt})
-        expected = [t["function"]["name"] for t in _json.loads(task["conversations"][0]["tools"])]
+        expected = [t["function"]["name"] for t in json.loads(task["conversations"][0]["tools"])]
         assert [t["function"]["name"] for t in tools] == expected
-        assert _json.loads(row["gt"]) == task["gt"]
+        assert json.loads(row["gt"]) == task["gt"]

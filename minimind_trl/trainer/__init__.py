@@ -1,8 +1,10 @@
-"""Training: the GRPOTrainer subclass, its config, diagnostics, run folders, recipes, the CLI.
+"""Training: the GRPOTrainer subclass, its config, diagnostics, run folders, recipes and kinds, the CLI.
 
-Public names (imported lazily, so ``minimind-trl train --help`` does not load TRL):
-:class:`MiniMindGRPOConfig`, :class:`MiniMindGRPOTrainer`, :class:`MiniMindToolGRPOTrainer`,
-:class:`NonFiniteError`, :func:`load_recipe`, :func:`run_training`.
+Public names, each resolved from its module on first use: :class:`MiniMindGRPOConfig`,
+:class:`MiniMindGRPOTrainer`, :class:`MiniMindToolGRPOTrainer`, :class:`NonFiniteError`,
+:func:`load_recipe`, :func:`get_kind`, :func:`run_training`. The package imports none of its
+modules itself: importing one of them (``minimind_trl.sft`` imports ``trainer.policy_pass``) then
+loads only what that one needs, and no module below the trainer closes a circle through here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ _EXPORTS = {
     "MiniMindToolGRPOTrainer": "minimind_trl.trainer.grpo_trainer",
     "NonFiniteError": "minimind_trl.trainer.grpo_trainer",
     "load_recipe": "minimind_trl.trainer.recipe",
+    "get_kind": "minimind_trl.trainer.kinds",
     "run_training": "minimind_trl.trainer.run",
 }
 

@@ -15,14 +15,22 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
+from transformers import set_seed
+
+from minimind_trl.trainer import build, run
+from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
+from minimind_trl.trainer.kinds import get_kind, kind_names
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256
+from minimind_trl.trainer.recipe_schema import recipe_key
 from minimind_trl.trainer.run import RunFolderError
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="minimind-trl train",
-        description="Train a recipe (GRPO or SFT) into a run folder; see docs/recipes.md.",
+        description=f"Train a recipe (kind: {', '.join(kind_names())}) into a run folder; see docs/recipes.md.",
         epilog="Exit codes: 0 completed, 2 bad recipe or run folder, 3 stopped on a non-finite value.",
     )
     parser.add_argument("recipe", help="recipe YAML (see docs/recipes.md)")
@@ -36,8 +44,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _on_main(state, func: Callable[[], Any]) -> Any:
     """Run ``func`` on the main process and share its result (or its error) with every process."""
-    from accelerate.utils import broadcast_object_list
-
     payload: list[Any] = [None]
     if state.is_main_process:
         try:
@@ -58,10 +64,6 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
     Every build error is a :class:`RecipeError` naming the recipe key, raised before any model is
     built where it can be (config, data, tokenizer, plugins); a new run that fails to start leaves
     its folder empty. Resuming a completed run does nothing and says so."""
-    from accelerate import PartialState
-
-    from minimind_trl.trainer import build, run
-
     config = build.training_config(recipe, run_dir)  # sets up the process group first
     state = PartialState()
     if resume:
@@ -83,27 +85,23 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
 
 def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
     """Tokenizer, data, plugins, model, initial weights, trainer; the manifest to write."""
-    from transformers import set_seed
-
-    from minimind_trl.trainer import build, run
-
     set_seed(recipe["seed"])
-    with build.recipe_key("tokenizer.path"):
+    with recipe_key("tokenizer.path"):
         tokenizer = build.build_tokenizer(recipe["tokenizer"])
-    with build.recipe_key("data"):
+    with recipe_key("data"):
         rows, data_info = build.load_split(recipe["data"])
         eval_rows, eval_info = build.load_eval_split(recipe["data"])
         if eval_info is not None:
             data_info = {**data_info, "eval": eval_info}
     build.check_plugins(recipe)
-    with build.recipe_key("model"):
+    with recipe_key("model"):
         model = build.build_model(recipe["model"])
     initial = Path(run_dir) / run.INITIAL_MODEL
     if state.is_main_process and not initial.is_dir():
         run.save_initial_model(model, initial)
     state.wait_for_everyone()
     model.config._name_or_path = model.name_or_path = str(initial)
-    with build.recipe_key("training"):
+    with recipe_key("training"):
         trainer = build.build_trainer(recipe, config, model, tokenizer, rows, eval_rows)
     manifest = {
         "kind": recipe["kind"],
@@ -111,7 +109,7 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
         "recipe": recipe,
         "recipe_sha256": recipe_sha256(recipe),
         "training_args": json.loads(trainer.args.to_json_string()),
-        "objective": trainer.args.objective_dict() if recipe["kind"] == "grpo" else None,
+        "objective": get_kind(recipe["kind"]).manifest_objective(trainer.args),
         "versions": run.package_versions(),
         "git": run.git_state(),
         "data": data_info,
@@ -129,8 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     except (RecipeError, FileNotFoundError) as exc:
         print(f"minimind-trl train: {located(args.recipe, exc)}", file=sys.stderr)
         return 2
-    from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
-
     try:
         command = ["minimind-trl", "train", *(argv if argv is not None else sys.argv[1:])]
         train(recipe, args.output_dir, args.resume, command)

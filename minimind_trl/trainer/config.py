@@ -130,7 +130,8 @@ class MiniMindGRPOConfig(GRPOConfig):
     metrics_file: str = field(default="metrics.jsonl", metadata={"help": "Per-step diagnostics file in output_dir."})
     moe_diagnostics: bool = field(default=True, metadata={"help": "Per-layer MoE router diagnostics."})
     rollout_engine: str = field(
-        default="minimind", metadata={"help": "Turn generation: minimind (continuous batching) or trl (TRL's generate)."}
+        default="minimind",
+        metadata={"help": "Turn generation: minimind (continuous batching) or trl (TRL's generate)."},
     )
     prefix_sharing: bool = field(
         default=True, metadata={"help": "Encode each distinct prompt once per policy pass (exact; False: TRL's pass)."}
@@ -178,9 +179,9 @@ class MiniMindGRPOConfig(GRPOConfig):
     def objective_config(self) -> ObjectiveConfig:
         """The :class:`ObjectiveConfig` these fields select: the preset, then the non-None overrides."""
         overrides = {
-            name: getattr(self, name)
-            for name in ("policy", "advantage", "reduction", "epsilon_low", "epsilon_high", "cispo_max", "fixed_length")
-            if getattr(self, name) is not None
+            spec.name: getattr(self, spec.name)
+            for spec in dataclasses.fields(ObjectiveConfig)
+            if spec.name != "beta" and getattr(self, spec.name) is not None  # beta: always set (TRL's field)
         }
         return ObjectiveConfig.preset(self.objective, beta=self.beta, **overrides)
 

@@ -1,173 +1,103 @@
 """Recipes: one YAML file per experimental condition, validated strictly (see docs/recipes.md).
 
-``load_recipe(path, overrides)`` reads the YAML, applies ``--set key=value`` overrides (dotted
-keys, values parsed as YAML), fills the defaults and validates: an unknown key anywhere is an
-error that names it, and so is a key set in ``training`` that another section owns.
+``load_recipe(path, overrides)`` reads the YAML, merges its ``base:`` chain, applies ``--set
+key=value`` overrides (dotted keys, values parsed as YAML), fills the defaults and validates: an
+unknown key anywhere is an error that names it, and so is a key set in ``training`` that another
+section owns. What it returns, the resolved recipe, is what the run manifest records and hashes.
 
-Kinds: ``grpo`` (sections model, tokenizer, data, objective, rollout, rewards), ``sft`` (model,
-tokenizer, data, sft), ``dpo`` (model, tokenizer, data, dpo) and ``distill`` (model, tokenizer,
-data, distill); ``training`` holds fields of the kind's config class (:func:`config_class`). The
-optional ``peft`` section (LoRA) applies to grpo, sft and dpo; when absent it is left out of the
-resolved recipe, so recipes written before it keep their hash.
+``base: PATH`` (relative to the recipe file) names the recipe this one starts from; the file then
+lists only what differs. Mappings merge key by key, at every depth; any other value (a list, a
+scalar, ``null``) replaces the base's whole, so ``rewards: [...]`` replaces the base's list and
+``peft: null`` turns its section off. A base may have a base (at most :data:`MAX_BASE_CHAIN` files
+in one chain); a cycle, a missing file or a bad ``base`` value is one line naming the file.
+
+Which sections a recipe has depends on its ``kind``: every kind has ``model``, ``tokenizer`` and
+``data`` (here), its own sections and checks (:mod:`minimind_trl.trainer.kinds`: ``objective`` /
+``rollout`` / ``rewards`` for grpo, ``sft``, ``dpo``, ``distill``), ``training`` (fields of the kind's
+config class) and, where the kind takes it, the optional ``peft`` section (LoRA). An optional value
+that is off (no ``peft``, no ``data.eval_split``, ``sft.pack: false``) is left out of the resolved
+recipe, so recipes written before it keep their hash.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-KINDS = ("grpo", "sft", "dpo", "distill")
-_REQUIRED = object()
+from minimind_trl.modeling import PRESETS as MODEL_PRESETS, get_preset
+from minimind_trl.trainer.kinds import TrainingKind, get_kind, registered_kinds
+from minimind_trl.trainer.recipe_schema import (
+    BOOLEAN,
+    MODEL_DTYPES,
+    NAME,
+    REQUIRED,
+    STRING,
+    RecipeError,
+    check_keys,
+    check_values,
+    int_at_least,
+    located,
+    number,
+    one_line,
+)
 
-# section -> key -> default (_REQUIRED: must be given). `training` and `objective` are checked apart.
-SCHEMA: dict[str, dict[str, Any]] = {
+__all__ = [
+    "MAX_BASE_CHAIN", "MAX_RECIPE_BYTES", "MAX_YAML_NODES", "SCHEMA", "RecipeError", "apply_override", "load_recipe",
+    "located", "merge_recipes", "one_line", "parse_override", "read_recipe_file", "recipe_sha256", "validate_recipe",
+]
+
+# top-level keys of every kind -> default (the kinds add theirs, e.g. grpo's `rewards`)
+TOP_LEVEL = {"kind": "grpo", "seed": 42, "description": "", "training": {}}
+# the sections every kind has: key -> default (REQUIRED: must be given)
+COMMON_SECTIONS: dict[str, dict[str, Any]] = {
     "model": {"preset": None, "path": None, "native": None, "config": {}, "dtype": "float32"},
     "tokenizer": {"path": None},
-    "data": {"path": _REQUIRED, "split": "train", "max_rows": None, "verify": True, "eval_split": None},
-    "objective": {
-        "preset": "grpo", "policy": None, "advantage": None, "reduction": None, "epsilon_low": None,
-        "epsilon_high": None, "cispo_max": None, "fixed_length": None, "beta": 0.0,
-    },
-    "rollout": {
-        "group_size": 8, "prompts_per_rollout": None, "max_tool_turns": 3, "thinking_ratio": 0.1,
-        "max_completion_length": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "tools": [], "tool_names": None,
-        "mask_truncated_completions": False, "engine": "minimind",
-    },
-    "sft": {"max_length": 1024, "mode": "sft", "pack": False},
-    "dpo": {"max_length": 1024, "beta": 0.1},
-    "distill": {
-        "teacher_path": _REQUIRED, "beta": 0.5, "max_completion_length": 256, "temperature": 1.0,
-        "max_tool_turns": 3, "tool_names": None,
-    },
-    # optional: absent or null = full fine-tuning
-    "peft": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": _REQUIRED, "target_parameters": None},
+    "data": {"path": REQUIRED, "split": "train", "max_rows": None, "verify": True, "eval_split": None},
 }
-TOP_LEVEL = {"kind": "grpo", "seed": 42, "description": "", "rewards": None, "training": {}}
-SECTIONS_BY_KIND = {
-    "grpo": ("model", "tokenizer", "data", "objective", "rollout"),
-    "sft": ("model", "tokenizer", "data", "sft"),
-    "dpo": ("model", "tokenizer", "data", "dpo"),
-    "distill": ("model", "tokenizer", "data", "distill"),
-}
-OPTIONAL_SECTIONS_BY_KIND = {"grpo": ("peft",), "sft": ("peft",), "dpo": ("peft",), "distill": ()}
-SFT_MODES = ("sft", "pretrain")
-ROLLOUT_ENGINES = ("minimind", "trl")  # MiniMindGRPOConfig.rollout_engine
-REWARD_KEYS = {"name": _REQUIRED, "weight": 1.0, "options": {}}
-
-
-def _int(low: int, null: bool = False):
-    return (lambda v: (null and v is None) or (type(v) is int and v >= low)), f"an int >= {low}" + " or null" * null
-
-
-def _number(low: float | None = None, high: float | None = None, above: bool = False, null: bool = False):
-    """A finite number >= low (> low with ``above``), <= high."""
-    def ok(v):
-        if null and v is None:
-            return True
-        return type(v) in (int, float) and math.isfinite(v) and (low is None or (v > low if above else v >= low)) \
-            and (high is None or v <= high)
-    span = "" if low is None else f" {'>' if above else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-    return ok, f"a finite number{span}" + " or null" * null
-
-
-_BOOLEAN = (lambda v: type(v) is bool, "true or false")
-_NAME = (lambda v: isinstance(v, str) and bool(v), "a non-empty string")
-_MAPPING = (lambda v: isinstance(v, dict), "a mapping")
-_NAMES = (lambda v: v is None or (isinstance(v, list) and all(isinstance(x, str) and x for x in v)),
-          "a list of names or null")
-# Ranges and types of section values ("section.key" -> (test, what it must be)); the objective's
-# fields are checked by ObjectiveConfig itself, the training fields below by _check_training.
+# optional, for the kinds that take it: absent or null = full fine-tuning
+PEFT_SECTION = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": REQUIRED, "target_parameters": None}
+# Ranges and types of the common sections' values ("section.key" -> (test, what it must be)); each
+# kind checks its own sections' values (TrainingKind.values), the training fields below by _check_training.
 VALUES = {
     "tokenizer.path": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a path or null"),
-    "data.path": _NAME, "data.split": _NAME, "data.max_rows": _int(1, null=True), "data.verify": _BOOLEAN,
+    "data.path": NAME, "data.split": NAME, "data.max_rows": int_at_least(1, null=True), "data.verify": BOOLEAN,
     "data.eval_split": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a split name or null"),
-    "rollout.group_size": _int(2), "rollout.prompts_per_rollout": _int(1, null=True),
-    "rollout.max_tool_turns": _int(0), "rollout.thinking_ratio": _number(0, 1),
-    "rollout.max_completion_length": _int(1), "rollout.temperature": _number(0, above=True),
-    "rollout.top_p": _number(0, 1, above=True), "rollout.top_k": _int(0),
-    "rollout.tools": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), "a list of specs"),
-    "rollout.tool_names": _NAMES, "rollout.mask_truncated_completions": _BOOLEAN,
-    "rollout.engine": (lambda v: v in ROLLOUT_ENGINES, f"one of {ROLLOUT_ENGINES}"),
-    "sft.max_length": _int(1), "sft.mode": (lambda v: v in SFT_MODES, f"one of {SFT_MODES}"), "sft.pack": _BOOLEAN,
-    "dpo.max_length": _int(1), "dpo.beta": _number(0, above=True),
-    "distill.teacher_path": _NAME, "distill.beta": _number(0, 1), "distill.max_completion_length": _int(1),
-    "distill.temperature": _number(0, above=True), "distill.max_tool_turns": _int(0), "distill.tool_names": _NAMES,
 }
 # TrainingArguments fields that transformers does not range-check (every kind).
 TRAINING_VALUES = {
-    "per_device_train_batch_size": _int(1), "per_device_eval_batch_size": _int(1),
-    "gradient_accumulation_steps": _int(1), "num_iterations": _int(1),
+    "per_device_train_batch_size": int_at_least(1), "per_device_eval_batch_size": int_at_least(1),
+    "gradient_accumulation_steps": int_at_least(1), "num_iterations": int_at_least(1),
     "max_steps": (lambda v: type(v) is int and (v == -1 or v >= 1), "an int >= 1, or -1 (use num_train_epochs)"),
-    "num_train_epochs": _number(0, above=True), "learning_rate": _number(0),
-    "save_steps": _number(0, above=True), "eval_steps": _number(0, above=True, null=True),
-    "save_total_limit": _int(1, null=True),
-    **{key: (lambda v: isinstance(v, str), "a string")
-       for key in ("save_strategy", "eval_strategy", "logging_strategy", "lr_scheduler_type")},
+    "num_train_epochs": number(0, above=True), "learning_rate": number(0),
+    "save_steps": number(0, above=True), "eval_steps": number(0, above=True, null=True),
+    "save_total_limit": int_at_least(1, null=True),
+    **{key: STRING for key in ("save_strategy", "eval_strategy", "logging_strategy", "lr_scheduler_type")},
 }
-
-
-def _check_values(recipe: dict) -> None:
-    for where, (ok, what) in VALUES.items():
-        section, key = where.split(".")
-        values = recipe.get(section) or {}
-        if key in values and not ok(values[key]):
-            raise RecipeError(f"recipe: {where} must be {what}, got {values[key]!r}")
-
-
-# training keys that a section owns, for every kind: key -> where to set it instead
+# training keys that a section owns, for every kind: key -> where to set it instead (each kind adds its own)
 OWNED_TRAINING_KEYS = {
     "output_dir": "the --output-dir option",
     "seed": "the top-level `seed`",
     "data_seed": "the top-level `seed`",
 }
-OWNED_BY_KIND = {
-    "grpo": {
-        "num_generations": "rollout.group_size",
-        "generation_batch_size": "rollout.prompts_per_rollout",
-        "steps_per_generation": "training.gradient_accumulation_steps (they are equal)",
-        "max_completion_length": "rollout.max_completion_length",
-        "temperature": "rollout.temperature",
-        "top_p": "rollout.top_p",
-        "top_k": "rollout.top_k",
-        "max_tool_calling_iterations": "rollout.max_tool_turns",
-        "mask_truncated_completions": "rollout.mask_truncated_completions",
-        "rollout_engine": "rollout.engine",
-        "reward_weights": "rewards[].weight",
-        "beta": "objective.beta",
-        "epsilon": "objective.epsilon_low",
-        "epsilon_high": "objective.epsilon_high",
-        "objective": "objective.preset",
-        "policy": "objective.policy",
-        "advantage": "objective.advantage",
-        "reduction": "objective.reduction",
-        "epsilon_low": "objective.epsilon_low",
-        "cispo_max": "objective.cispo_max",
-        "fixed_length": "objective.fixed_length",
-    },
-    "sft": {
-        "max_length": "sft.max_length",
-        "assistant_only_loss": "nothing: SFT always trains on assistant tokens only",
-        "completion_only_loss": "nothing: the dataset carries the loss mask",
-    },
-    "dpo": {"max_length": "dpo.max_length", "beta": "dpo.beta"},
-    "distill": {
-        "teacher_model_name_or_path": "distill.teacher_path",
-        "beta": "distill.beta",
-        "max_completion_length": "distill.max_completion_length",
-        "temperature": "distill.temperature",
-        "max_tool_calling_iterations": "distill.max_tool_turns",
-    },
-}
-class RecipeError(ValueError):
-    """An invalid recipe; the message names the offending key."""
+
+
+def _all_sections() -> dict[str, dict[str, Any]]:
+    """Every section of the registered kinds: the common ones, each kind's, then ``peft``."""
+    sections = dict(COMMON_SECTIONS)
+    for kind in registered_kinds():
+        sections.update(kind.sections)
+    return {**sections, "peft": PEFT_SECTION}
+
+
+SCHEMA: dict[str, dict[str, Any]] = _all_sections()
+"""section -> key -> default, for the built-in kinds (documentation and tools; validation asks the kinds)."""
 
 
 # A recipe is an untrusted file: its YAML graph may expand to at most this many nodes (aliases
@@ -238,30 +168,63 @@ def _yaml(text_or_stream) -> Any:
     return yaml.load(text_or_stream, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (YAML and library errors span several)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+MAX_BASE_CHAIN = 8  # files in one chain of bases (the recipe, its base, its base's base, ...)
 
 
-def located(path: str | Path, exc: BaseException) -> str:
-    """``"PATH: key ..."``: a recipe error with the file named in place of ``recipe:``."""
-    text = one_line(exc)
-    return text if text.startswith(f"{path}: ") else f"{path}: {text.removeprefix('recipe: ')}"
+def _read_file(path: Path) -> Any:
+    """One YAML file, bounded (size, node budget, duplicate keys): its data, ``{}`` when empty."""
+    if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
+        raise RecipeError(f"{path}: {path.stat().st_size} bytes; a recipe may have at most {MAX_RECIPE_BYTES}")
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return _yaml(handle) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"{path}: not valid YAML: {one_line(exc)}") from None
+        except RecursionError:
+            raise RecipeError(f"{path}: not valid YAML: nested too deeply") from None
 
 
-def config_class(kind: str) -> type:
-    """The training-config dataclass of a kind (its fields are the allowed ``training`` keys)."""
-    if kind == "grpo":
-        from minimind_trl.trainer.config import MiniMindGRPOConfig
+def merge_recipes(base: dict, override: dict) -> dict:
+    """``override`` laid over ``base`` (a new dict): where both hold a mapping they merge key by key,
+    recursively; any other value of ``override`` (a list, a scalar, null) replaces the base's whole."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_recipes(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
 
-        return MiniMindGRPOConfig
-    import trl
 
-    return {"sft": trl.SFTConfig, "dpo": trl.DPOConfig, "distill": trl.DistillationConfig}[kind]
+def read_recipe_file(path: str | Path) -> Any:
+    """The data of a recipe file with its ``base:`` chain merged in (before overrides and validation).
+
+    Raises ``FileNotFoundError`` when ``path`` itself is missing, and a one-line :class:`RecipeError`
+    naming the file for a bad, missing or cyclic base or a chain longer than :data:`MAX_BASE_CHAIN`."""
+    return _read_chain(Path(path), ())
 
 
-def _config_fields(kind: str) -> set[str]:
-    return {f.name for f in dataclasses.fields(config_class(kind)) if f.init}
+def _read_chain(path: Path, below: tuple[Path, ...]) -> Any:
+    """``path``'s data over its bases; ``below`` holds the (resolved) files that named this one."""
+    raw = _read_file(path)
+    if not isinstance(raw, dict) or "base" not in raw:
+        return raw
+    base = raw.pop("base")
+    if not isinstance(base, str) or not base.strip():
+        raise RecipeError(f"{path}: base must be the path of a recipe file (relative to this one), got {base!r}")
+    chain = (*below, path.resolve())
+    base_path = path.parent / base
+    if base_path.resolve() in chain:
+        names = " -> ".join(str(p) for p in (*chain, base_path.resolve()))
+        raise RecipeError(f"{path}: base {base}: a cycle of bases ({names})")
+    if len(chain) >= MAX_BASE_CHAIN:
+        raise RecipeError(f"{path}: base {base}: more than {MAX_BASE_CHAIN} files in one chain of bases")
+    if not base_path.is_file():
+        raise RecipeError(f"{path}: base {base}: no such file {base_path}")
+    parent = _read_chain(base_path, chain)
+    if not isinstance(parent, dict):
+        raise RecipeError(f"{base_path}: a base must hold a mapping of sections")
+    return merge_recipes(parent, raw)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -306,21 +269,14 @@ def _index(part: str, length: int, where: str) -> int:
     return int(part)
 
 
-def _check_keys(given: dict, allowed: dict, where: str) -> dict:
-    if not isinstance(given, dict):
-        raise RecipeError(f"recipe: {where} must be a mapping, got {type(given).__name__}")
-    unknown = sorted(set(given) - set(allowed))
-    if unknown:
-        raise RecipeError(f"recipe: unknown key {where}.{unknown[0]} (known: {', '.join(sorted(allowed))})")
-    resolved = {}
-    for key, default in allowed.items():
-        if key in given:
-            resolved[key] = given[key]
-        elif default is _REQUIRED:
-            raise RecipeError(f"recipe: {where}.{key} is required")
-        else:
-            resolved[key] = copy.deepcopy(default)
-    return resolved
+def _owners(key: str) -> str:
+    names = [kind.name for kind in registered_kinds() if key in kind.top_level]
+    return f"kind {names[0]!r}" if len(names) == 1 else "kinds " + ", ".join(repr(name) for name in names)
+
+
+def _kinds_with(flag: str) -> str:
+    names = [kind.name for kind in registered_kinds() if getattr(kind, flag)]
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def validate_recipe(raw: dict) -> dict:
@@ -328,39 +284,36 @@ def validate_recipe(raw: dict) -> dict:
     if not isinstance(raw, dict):
         raise RecipeError("recipe: the file must hold a mapping of sections")
     _check_text(raw, "")
-    kind = raw.get("kind", TOP_LEVEL["kind"])
-    if kind not in KINDS:
-        raise RecipeError(f"recipe: kind must be one of {KINDS}, got {kind!r}")
-    sections, optional = SECTIONS_BY_KIND[kind], OPTIONAL_SECTIONS_BY_KIND[kind]
-    allowed_top = {**TOP_LEVEL, **{name: {} for name in (*sections, *optional)}}
+    kind = get_kind(raw.get("kind", TOP_LEVEL["kind"]))
+    sections = {**COMMON_SECTIONS, **kind.sections}
+    optional = {"peft": PEFT_SECTION} if kind.takes_peft else {}
+    kinds_top_level = [key for other in registered_kinds() for key in other.top_level]
+    allowed_top = {**TOP_LEVEL, **dict.fromkeys(kinds_top_level), **{name: {} for name in (*sections, *optional)}}
     unknown = sorted(set(raw) - set(allowed_top))
     if unknown:
-        other = [s for s in SCHEMA if s not in sections and s not in optional]
-        hint = f" (section {unknown[0]!r} is not used by kind {kind!r})" if unknown[0] in other else ""
+        other = [s for s in _all_sections() if s not in sections and s not in optional]
+        hint = f" (section {unknown[0]!r} is not used by kind {kind.name!r})" if unknown[0] in other else ""
+        if unknown[0] == "base":
+            hint = " (a recipe file's base is merged when load_recipe reads the file; --set cannot name one)"
         raise RecipeError(f"recipe: unknown key {unknown[0]}{hint} (known: {', '.join(sorted(allowed_top))})")
-    recipe: dict[str, Any] = {"kind": kind, "seed": raw.get("seed", 42), "description": raw.get("description", "")}
+    recipe: dict[str, Any] = {"kind": kind.name, "seed": raw.get("seed", 42), "description": raw.get("description", "")}
     if not isinstance(recipe["seed"], int) or isinstance(recipe["seed"], bool):
         raise RecipeError(f"recipe: seed must be an int, got {recipe['seed']!r}")
-    for name in sections:
-        recipe[name] = _check_keys(raw.get(name) or {}, SCHEMA[name], name)
-    for name in optional:  # absent or null: the section is off (and left out, so older recipe hashes hold)
+    for name, schema in sections.items():
+        recipe[name] = check_keys(raw.get(name) or {}, schema, name)
+    for name, schema in optional.items():  # absent or null: the section is off (and left out, so older hashes hold)
         if raw.get(name) is not None:
-            recipe[name] = _check_keys(raw[name], SCHEMA[name], name)
+            recipe[name] = check_keys(raw[name], schema, name)
     _check_model(recipe["model"])
-    _check_values(recipe)
-    if kind == "grpo":
-        _check_objective(recipe["objective"])
-        recipe["rewards"] = _check_rewards(raw.get("rewards"))
-    elif raw.get("rewards") is not None:
-        raise RecipeError("recipe: rewards is only used by kind 'grpo'")
-    if kind == "sft" and recipe["sft"]["pack"] and recipe["sft"]["mode"] != "pretrain":
-        raise RecipeError("recipe: sft.pack is for sft.mode pretrain only (SFT rows keep their own loss masks)")
-    if kind == "sft" and not recipe["sft"]["pack"]:
-        del recipe["sft"]["pack"]  # off: left out, so older recipe hashes hold
+    check_values(recipe, {**VALUES, **kind.values})
+    for key in kinds_top_level:
+        if key not in kind.top_level and raw.get(key) is not None:
+            raise RecipeError(f"recipe: {key} is only used by {_owners(key)}")
+    kind.check(recipe, raw)  # the kind's own checks; fills its top-level keys (grpo: rewards)
     if recipe["data"]["eval_split"] is None:
         del recipe["data"]["eval_split"]  # unset: left out, so older recipe hashes hold
-    elif kind not in ("sft", "grpo"):
-        raise RecipeError(f"recipe: data.eval_split is for kinds sft and grpo, not {kind!r}")
+    elif not kind.takes_eval_split:
+        raise RecipeError(f"recipe: data.eval_split is for kinds {_kinds_with('takes_eval_split')}, not {kind.name!r}")
     if recipe.get("peft") is not None:
         _check_peft(recipe["peft"])
         if recipe["peft"]["target_parameters"] is None:
@@ -410,18 +363,16 @@ def _check_model(model: dict) -> None:
         raise RecipeError("recipe: model.native needs model.preset for the checkpoint's config")
     if model["config"] and model["path"] is not None:
         raise RecipeError("recipe: model.config overrides apply to model.preset only")
-    if model["dtype"] not in ("float32", "bfloat16", "float16"):
+    if not isinstance(model["dtype"], str) or model["dtype"] not in MODEL_DTYPES:
         raise RecipeError(f"recipe: model.dtype must be float32, bfloat16 or float16, got {model['dtype']!r}")
     for key in ("path", "native"):
         if model[key] is not None and (not isinstance(model[key], str) or not model[key]):
             raise RecipeError(f"recipe: model.{key} must be a path, got {model[key]!r}")
     if model["preset"] is None:
         return
-    from minimind_trl.modeling import PRESETS, get_preset
-
-    if model["preset"] not in PRESETS:
+    if model["preset"] not in MODEL_PRESETS:
         raise RecipeError(f"recipe: model.preset: unknown preset {model['preset']!r} "
-                          f"(known: {', '.join(sorted(PRESETS))})")
+                          f"(known: {', '.join(sorted(MODEL_PRESETS))})")
     if not isinstance(model["config"], dict):
         raise RecipeError(f"recipe: model.config must be a mapping of config fields, got {model['config']!r}")
     try:
@@ -430,45 +381,16 @@ def _check_model(model: dict) -> None:
         raise RecipeError(f"recipe: model.config: {one_line(exc).removeprefix('get_preset: ')}") from None
 
 
-def _check_objective(objective: dict) -> None:
-    """The objective section, checked by :class:`ObjectiveConfig` itself (preset, names, ranges)."""
-    from minimind_trl.objectives import PRESETS, ObjectiveConfig
-
-    if objective["preset"] not in PRESETS:
-        raise RecipeError(f"recipe: objective.preset must be one of {', '.join(PRESETS)}, got {objective['preset']!r}")
-    overrides = {k: v for k, v in objective.items() if k != "preset" and v is not None}
-    try:
-        ObjectiveConfig.preset(objective["preset"], **overrides)
-    except (ValueError, TypeError) as exc:
-        text = one_line(exc)  # ObjectiveConfig's messages start with the field they reject
-        raise RecipeError(f"recipe: objective.{text}" if text.split(" ")[0] in objective
-                          else f"recipe: objective: {text}") from None
-
-
-def _check_rewards(rewards: Any) -> list[dict]:
-    if not isinstance(rewards, list) or not rewards:
-        raise RecipeError("recipe: rewards must be a non-empty list of {name, weight, options}")
-    out = []
-    for i, item in enumerate(rewards):
-        item = {"name": item} if isinstance(item, str) else item
-        entry = _check_keys(item, REWARD_KEYS, f"rewards.{i}")
-        for key, (ok, what) in {"name": _NAME, "weight": _number(), "options": _MAPPING}.items():
-            if not ok(entry[key]):
-                raise RecipeError(f"recipe: rewards.{i}.{key} must be {what}, got {entry[key]!r}")
-        out.append(entry)
-    return out
-
-
-def _check_training(training: dict, kind: str) -> dict:
+def _check_training(training: dict, kind: TrainingKind) -> dict:
     if not isinstance(training, dict):
         raise RecipeError("recipe: training must be a mapping of TrainingArguments fields")
-    fields = _config_fields(kind)
-    owned = {**OWNED_TRAINING_KEYS, **OWNED_BY_KIND[kind]}
+    fields = kind.training_fields()
+    owned = {**OWNED_TRAINING_KEYS, **kind.owned_training_keys}
     for key in sorted(training):
         if key in owned:
             raise RecipeError(f"recipe: training.{key} is set elsewhere: use {owned[key]}")
         if key not in fields:
-            raise RecipeError(f"recipe: unknown key training.{key} (not a field of the {kind} training config)")
+            raise RecipeError(f"recipe: unknown key training.{key} (not a field of the {kind.name} training config)")
         ok, what = TRAINING_VALUES.get(key, (None, None))
         if ok is not None and not ok(training[key]):
             raise RecipeError(f"recipe: training.{key} must be {what}, got {training[key]!r}")
@@ -478,8 +400,6 @@ def _check_training(training: dict, kind: str) -> dict:
 
 def _check_report_to(report_to: Any) -> None:
     """Tracker names (transformers' integrations), so a typo fails before any model is built."""
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
     names = [report_to] if isinstance(report_to, str) else report_to
     if names is None:
         return
@@ -492,17 +412,9 @@ def _check_report_to(report_to: Any) -> None:
 
 
 def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """Read, override, validate. Raises :class:`RecipeError` (or ``FileNotFoundError``)."""
-    path = Path(path)
-    if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
-        raise RecipeError(f"{path}: {path.stat().st_size} bytes; a recipe may have at most {MAX_RECIPE_BYTES}")
-    with open(path, encoding="utf-8") as handle:
-        try:
-            raw = _yaml(handle) or {}
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise RecipeError(f"{path}: not valid YAML: {one_line(exc)}") from None
-        except RecursionError:
-            raise RecipeError(f"{path}: not valid YAML: nested too deeply") from None
+    """Read (bases merged), override, validate: the resolved recipe. Raises :class:`RecipeError`
+    (or ``FileNotFoundError`` when ``path`` is missing)."""
+    raw = read_recipe_file(path)
     if isinstance(raw, dict) and isinstance(raw.get("rewards"), list):  # "name" shorthand -> {name: ...}
         raw["rewards"] = [{"name": item} if isinstance(item, str) else item for item in raw["rewards"]]
     for text in overrides:
