@@ -12,21 +12,26 @@ from datasets import Dataset
 from test_rollout import SCRIPTS, independent_rendering, make_task, scripted  # tests/ is on sys.path
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
+from trl.chat_template_utils import parse_response
 
+from minimind_trl.conversation import task_prompt
 from minimind_trl.envs.environment import (
     ParseGuard,
     ToolEnvironment,
     ToolEnvironmentMixin,
-    TrajectoryRecord,
     make_environment_class,
     open_thinking_for,
-    record_from_completion,
     with_open_thinking,
 )
-from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages
+from minimind_trl.envs.protocol import TrajectoryRecord, prompt_ids_for, record_from_completion
+from minimind_trl.envs.registry import ToolRegistry
+from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.rewards import format_reward, view_completion
 from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.trainer import build
+from minimind_trl.trainer.recipe import validate_recipe
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -71,8 +76,6 @@ def test_tool_methods_never_raise_and_log_calls(registry):
 
 
 def test_environment_rejects_colliding_tool_names():
-    from minimind_trl.envs.registry import ToolRegistry
-
     bad = ToolRegistry()
 
     def reset(x: int) -> int:
@@ -194,7 +197,7 @@ def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry
         assert assistant_mask[len(prompt):len(prompt) + len(completion)] == tool_mask, key
         assert sum(assistant_mask[:len(prompt)]) == 0
 
-        messages, tools = task_messages({"conversations": row["prompt"]})
+        messages, tools = task_prompt({"conversations": row["prompt"]})
         assert prompt == prompt_ids_for(tokenizer, messages, tools, ROWS[key])  # = evaluation's
         opener = "<think>\n" if ROWS[key] else "<think>\n\n</think>\n\n"
         assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n" + opener)
@@ -255,7 +258,8 @@ def test_hostile_calls_are_observations_in_training_and_evaluation(tokenizer, tm
     torch.manual_seed(0)
     model = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer, HOSTILE_SCRIPTS)
     trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
-                               train_dataset=Dataset.from_list(rows), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                               train_dataset=Dataset.from_list(rows),
+                               reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                                environment_factory=make_environment_class(registry, 1))
     trainer.train()  # before: a TypeError from the tokenizer (lone surrogates) ended the run
     assert trainer.state.global_step == 1
@@ -290,9 +294,70 @@ def test_hostile_calls_are_observations_in_training_and_evaluation(tokenizer, tm
         json.dumps(as_record, ensure_ascii=False).encode("utf-8")  # records can be written
 
 
-def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(tokenizer, registry, tmp_path):
-    from trl.chat_template_utils import parse_response
+# --- one malformed-call count: training records, rewards and evaluation (issue 14) -----------------
 
+GOOD = '<tool_call>\n{"name": "calculate_math", "arguments": {"expression": "3*7"}}\n</tool_call>'
+BAD = '<tool_call>\n{"name": oops}\n</tool_call>'
+MALFORMED_SCRIPTS = {  # key: (turns, open_thinking, malformed calls worked by hand)
+    # a call turn that runs, then a reply with one bad block: 1 (the old rules agreed here)
+    "[later-bad]": ([GOOD, "It is " + BAD + " 21."], False, 1),
+    # a good and a bad block in one reply: TRL reads the reply as plain text, neither runs: 2
+    # (the old reward counted only the bad block: 1)
+    "[good+bad]": ([GOOD + "\n" + BAD], False, 2),
+    # a good block, then an unclosed <tool_call>: 2 (old reward: 1)
+    "[unclosed]": ([GOOD + '\n<tool_call>\n{"name": "calculate_math"'], False, 2),
+    # an opening tag with a whole block inside it (the outer one is never closed): 2 (old reward: 1)
+    "[nested]": (["<tool_call>\n" + GOOD], False, 2),
+    # a block that is not JSON: 1 (both old rules: 1)
+    "[bad-json]": (["<tool_call>\n{oops}\n</tool_call> It is 21."], False, 1),
+    # a bad block inside the reasoning is no call: 0 (the old reward on decoded text: 1)
+    "[in-think]": (["maybe " + BAD + "\n</think>\n\nIt is 21."], True, 0),
+}
+
+
+def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, registry, tmp_path):
+    """TRL's loop produces the completions; the record behind ``tool_malformed_per_trajectory``,
+    the rewards' view of the parsed messages (``format_reward``), evaluation's rollout and the
+    view of its decoded text all count the hand-worked malformed calls."""
+    rows = []
+    for key, (_, think, _) in MALFORMED_SCRIPTS.items():
+        task = make_task(registry, f"{key} compute it", key)
+        rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key, "open_thinking": think})
+    seen = {}
+
+    def reward(completions, environments, **kwargs):
+        seen["completions"], seen["records"] = completions, [env.record for env in environments]
+        return format_reward([], completions)
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=12, num_generations=2,
+                      max_completion_length=512, max_tool_calling_iterations=1, max_steps=1,
+                      learning_rate=1e-4, bf16=False, activation_checkpointing=False, use_cpu=True,
+                      report_to="none", save_strategy="no", logging_steps=1, seed=0)
+    torch.manual_seed(0)
+    scripts = {key: turns for key, (turns, _, _) in MALFORMED_SCRIPTS.items()}
+    model = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer, scripts)
+    trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
+                               train_dataset=Dataset.from_list(rows), reward_funcs=reward,
+                               environment_factory=make_environment_class(registry, 1))
+    trainer.train()
+    inputs = trainer.last_inputs
+    assert len(inputs) == 12 and trainer.state.global_step == 1
+    for i, row in enumerate(inputs):
+        key = row["id"]
+        expected = MALFORMED_SCRIPTS[key][2]
+        completion, record = seen["completions"][i], seen["records"][i]
+        assert record.malformed_calls == expected, key  # training's tool_malformed_per_trajectory
+        assert view_completion(completion).malformed == expected, key  # the rewards' count
+        assert format_reward([], [completion]) == [-1.0 if expected else 0.0], key
+        assert record.finished and record.valid_calls == (key == "[later-bad]"), key
+        (traj,) = rollout(trainer.model, tokenizer, [{"conversations": row["prompt"]}], registry,
+                          max_tool_turns=1, max_new_tokens=512, open_thinking=row["open_thinking"],
+                          progress=False)
+        assert traj.malformed_calls == expected, key  # evaluation's malformed_calls
+        assert view_completion(traj.text).malformed == expected, key  # the rewards on decoded text
+
+
+def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(tokenizer, registry, tmp_path):
     ids = tokenizer(f"<tool_call>\n{DEEP}\n</tool_call><|im_end|>", add_special_tokens=False)["input_ids"]
     prompt = prompt_ids_for(tokenizer, [{"role": "user", "content": "q"}], registry.schemas(), False)
     bare = load_tokenizer()
@@ -314,12 +379,6 @@ def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(
 def test_deeply_nested_call_json_is_a_malformed_call_in_distillation(tokenizer, registry, tmp_path):
     """TRL's distillation tool loop (``tools=``) parses replies as GRPO's does: the guard is installed
     there too, so the 1000-deep call is plain text (no tool runs) instead of a RecursionError."""
-    from trl.chat_template_utils import parse_response
-
-    from minimind_trl.modeling import save_for_hub
-    from minimind_trl.trainer import build
-    from minimind_trl.trainer.recipe import validate_recipe
-
     torch.manual_seed(1)
     teacher = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), tokenizer, tmp_path / "teacher")
     recipe = validate_recipe({

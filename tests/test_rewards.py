@@ -262,7 +262,7 @@ def _both_forms(final_turn: str, open_thinking: bool, observation: str = '{"resu
     from test_trainer_helpers import tiny_tokenizer
     from trl.chat_template_utils import parse_response
 
-    from minimind_trl.envs.rollout import prompt_ids_for, tool_turn_ids
+    from minimind_trl.envs.protocol import prompt_ids_for, tool_turn_ids
     from minimind_trl.envs.tools import default_registry
 
     tok, schemas = tiny_tokenizer(), default_registry().schemas()

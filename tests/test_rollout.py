@@ -7,7 +7,9 @@ import pytest
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages, tool_turn_ids
+from minimind_trl.conversation import task_prompt
+from minimind_trl.envs.protocol import prompt_ids_for, tool_turn_ids
+from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import load_tokenizer
@@ -109,7 +111,7 @@ def independent_rendering(tokenizer, task, turns, observations, open_thinking=Fa
     """Independent rendering of a finished rollout: the task's messages, each model turn as an
     assistant message with its raw text as content, each tool round as tool messages. Returns
     (ids, assistant mask) of the whole conversation from the template's generation markers."""
-    messages, tools = task_messages(task)
+    messages, tools = task_prompt(task)
     for k, text in enumerate(turns):
         messages.append({"role": "assistant", "content": text})
         messages += [{"role": "tool", "content": o} for o in observations[k]]

@@ -28,6 +28,7 @@ import re
 import unicodedata
 from typing import Any
 
+from minimind_trl.conversation import openai_tool
 from minimind_trl.data.manifest import sha256_text
 from minimind_trl.data.validation import parse_tools
 
@@ -55,9 +56,9 @@ def normalize_text(text: str) -> str:
 
 
 def canonical_tool_list(tools: Any, path=None, line=None, field: str = "conversations[0].tools") -> list[dict]:
-    """Parse ``tools`` (JSON string or list) and wrap flat schemas in the OpenAI form."""
-    parsed = parse_tools(tools, path, line, field)
-    return [tool if "function" in tool else {"type": "function", "function": tool} for tool in parsed]
+    """Parse ``tools`` (JSON string or list) and wrap flat schemas in the OpenAI form
+    (`minimind_trl.conversation.openai_tool`)."""
+    return [openai_tool(tool) for tool in parse_tools(tools, path, line, field)]
 
 
 def canonical_tools_json(tools: Any, path=None, line=None, field: str = "conversations[0].tools") -> str:

@@ -1,7 +1,9 @@
 """Tool-use environment pieces: safe tools, the tool registry, tool-call parsing.
 
-Import the public names from `minimind_trl.envs.tools`; the TRL environment and the batched
-rollout live in their own modules of this package.
+Import the public names from `minimind_trl.envs.tools`. The token/observation protocol that
+training and evaluation share is `minimind_trl.envs.protocol`; the TRL environment
+(`environment`) and the batched evaluation rollout (`rollout`) build on it, in that order
+(``rollout -> environment -> protocol -> parsing``).
 """
 
 from minimind_trl.envs.tools import (  # noqa: F401

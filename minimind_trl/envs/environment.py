@@ -28,8 +28,9 @@ How TRL 1.16 drives an environment (read from ``trl/trainer/grpo_trainer.py``):
 
 `make_environment_class` builds the environment from a `ToolRegistry`. `ToolEnvironmentMixin`
 (mixed into the GRPOTrainer subclass) makes TRL's prompts and tool turns the same ids as our
-evaluation rollout (`minimind_trl.envs.rollout`) and adds the per-row think opener
-(``thinking_ratio``, see `with_open_thinking`), the turn-cap check and per-rollout records.
+evaluation rollout (`minimind_trl.envs.rollout`), both rendered by `minimind_trl.envs.protocol`,
+and adds the per-row think opener (``thinking_ratio``, see `with_open_thinking`), the turn-cap
+check and per-rollout records (`protocol.record_from_completion`).
 """
 
 from __future__ import annotations
@@ -40,18 +41,16 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from minimind_trl.envs.registry import ParamSpec, ToolRegistry, ToolSpec
-from minimind_trl.envs.rollout import (  # noqa: F401 - TrajectoryRecord is re-exported
+from minimind_trl.conversation import task_prompt
+from minimind_trl.envs.protocol import (
     DEFAULT_MAX_TOOL_TURNS,
     TrajectoryRecord,
-    _recordable,
     is_error_observation,
     prompt_ids_for,
-    reply_text,
-    task_messages,
+    record_from_completion,
     tool_turn_ids,
-    unparsed_call_blocks,
 )
+from minimind_trl.envs.registry import ParamSpec, ToolRegistry, ToolSpec
 from minimind_trl.envs.tools import default_registry
 
 DEFAULT_THINKING_RATIO = 0.1
@@ -60,38 +59,6 @@ DEFAULT_THINKING_RATIO = 0.1
 _PY_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
              "object": dict}
 _RESERVED = {"reset", "get_reward"}
-
-
-def record_from_completion(completion: list[dict], completion_ids: list[int],
-                           tool_mask: list[int] | None, eos_token_id: int) -> TrajectoryRecord:
-    """Build a `TrajectoryRecord` from TRL's parsed completion messages (assistant / tool dicts
-    in order), the completion ids [C] and the tool mask [C] (None: every token is the model's)."""
-    record = TrajectoryRecord()
-    assistant = None
-    for message in completion:
-        if message.get("role") == "assistant":
-            assistant = message
-            record.n_turns += 1
-            calls = message.get("tool_calls") or []
-            for call in calls:
-                fn = call.get("function", call) if isinstance(call, dict) else {}
-                record.tool_calls.append({"turn": record.n_turns - 1, "name": _recordable(fn.get("name")),
-                                          "arguments": _recordable(fn.get("arguments"))})
-            if not calls:
-                reply = reply_text(str(message.get("content") or ""))
-                record.malformed_calls += unparsed_call_blocks(reply)
-        elif message.get("role") == "tool":
-            assistant = None
-            observation = str(message.get("content"))
-            record.observations.append(observation)
-            record.failed_calls += is_error_observation(observation)
-    record.valid_calls = len(record.observations) - record.failed_calls
-    record.truncated = bool(completion_ids) and completion_ids[-1] != eos_token_id
-    last_has_calls = assistant is not None and bool(assistant.get("tool_calls"))
-    record.pending_call = last_has_calls and not record.truncated
-    record.finished = assistant is not None and not last_has_calls and not record.truncated
-    record.n_model_tokens = len(completion_ids) if tool_mask is None else int(sum(tool_mask))
-    return record
 
 
 @dataclass
@@ -268,7 +235,8 @@ class ToolEnvironmentMixin:
 
     * ``_tokenize_prompts``: each prompt is rendered like `rollout` renders a task: the tools
       are the ones on the prompt's system message (a ``tools`` JSON string, as in task rows;
-      all registry tools when absent), a trailing empty assistant placeholder is dropped, and
+      all registry tools when absent), trailing empty assistant placeholders are dropped
+      (`minimind_trl.conversation.task_prompt`), and
       the generation prompt opens a think block iff the row's ``open_thinking`` column says so
       (rows without it follow ``chat_template_kwargs``). TRL alone renders every row with all
       environment methods, alphabetically, and one batch-wide ``chat_template_kwargs``;
@@ -312,7 +280,7 @@ class ToolEnvironmentMixin:
             return super()._tokenize_prompts(prompts)
         prompt_ids = []
         for row, prompt in enumerate(prompts):
-            messages, tools = task_messages({"conversations": prompt})
+            messages, tools = task_prompt({"conversations": prompt})
             prompt_ids.append(prompt_ids_for(self._tokenizer, messages,
                                              tools or self._tool_env_class._tool_schemas,
                                              self._row_open_thinking(row)))

@@ -1,23 +1,27 @@
 """Batched multi-turn tool rollout for evaluation and benchmarks, independent of the trainer.
 
 `rollout(model, tokenizer, tasks, registry, ...)` follows the same protocol as TRL's tool loop
-(see `minimind_trl.envs.environment`), so evaluation scores what training produced:
+(see `minimind_trl.envs.environment`; the shared ids, parse and call rules live in
+`minimind_trl.envs.protocol`), so evaluation scores what training produced:
 
-1. Each task's prompt is rendered by the chat template (tools from the system message, the
-   trailing empty assistant placeholder dropped, generation prompt with the think prefix).
+1. Each task's prompt (`minimind_trl.conversation.task_prompt`: tools from the system message,
+   trailing empty assistant placeholders dropped) is rendered by the chat template with the
+   generation prompt and the think prefix (`protocol.prompt_ids_for`).
 2. Up to ``batch_size`` rows decode together over one KV cache, ``decode_slice`` tokens per
    ``generate`` call (continuous batching, see `_roll`): rows that stop make room for queued
    ones, the cache keeps every row's context across turns (later turns feed only the new
    tool-turn ids), and prompts are encoded without repeats (`minimind_trl.envs.kv_batch`). A
    row's turn ends at its first ``<|im_end|>`` (eos 2), which belongs to the turn.
-3. The turn is parsed exactly as TRL's loop parses it (``trl.chat_template_utils.parse_response``
-   with the tokenizer's ``response_template`` and the registry's schemas, which also cast string
-   arguments to the schema types; a reply with any malformed ``<tool_call>`` block is plain
-   text). Its calls run as TRL's loop runs them in training (`environment.call_as_trl` on the
-   registry's environment: a tool's failure is its ``{"error": ...}`` JSON observation, an
-   unknown tool or non-object arguments TRL's ``{'error': ...}`` repr).
+3. The turn is parsed exactly as TRL's loop parses it (`protocol.parse_model_turn`:
+   ``trl.chat_template_utils.parse_response`` with the tokenizer's ``response_template`` and the
+   registry's schemas, which also cast string arguments to the schema types; a reply with any
+   malformed ``<tool_call>`` block is plain text, its blocks counted by
+   `protocol.turn_malformed_calls`). Its calls run as TRL's loop runs them in training
+   (`environment.call_as_trl` on the registry's environment: a tool's failure is its
+   ``{"error": ...}`` JSON observation, an unknown tool or non-object arguments TRL's ``{'error': ...}`` repr).
    The tool turn ``\\n<|im_start|>user\\n<tool_response>\\n{obs}\\n</tool_response><|im_end|>\\n
-   <|im_start|>assistant\\n`` + think prefix is rendered by the template and appended as ids.
+   <|im_start|>assistant\\n`` + think prefix is rendered by the template and appended as ids
+   (`protocol.tool_turn_ids`).
 4. Rows with calls continue, the others drop out; after ``max_tool_turns`` tool rounds a row
    that still calls tools stops with ``pending_call``. A turn without ``<|im_end|>`` within
    ``max_new_tokens`` (a per-turn budget) stops its row as ``truncated``; its calls are not run.
@@ -30,72 +34,35 @@ reproducible for the same arguments (the global RNG state is left untouched).
 from __future__ import annotations
 
 import copy
-import functools
-import json
-import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 from transformers import GenerationConfig
-from trl.chat_template_utils import parse_response
 
-from minimind_trl.data.formats import conversations_to_messages
+from minimind_trl.conversation import task_prompt
+from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
 from minimind_trl.envs.kv_batch import KVBatch, continue_rows, merge, prefill
+from minimind_trl.envs.protocol import (
+    DEFAULT_MAX_TOOL_TURNS,
+    TrajectoryRecord,
+    is_error_observation,
+    parse_model_turn,
+    prompt_ids_for,
+    recordable,
+    reply_text,
+    tool_turn_ids,
+    turn_malformed_calls,
+)
 from minimind_trl.envs.registry import ToolRegistry
-from minimind_trl.envs.tools import parse_tool_calls
 
-DEFAULT_MAX_TOOL_TURNS = 3
-"""Tool rounds per trajectory (TRL's ``max_tool_calling_iterations``): at most
-``max_tool_turns + 1`` model turns."""
+task_messages = task_prompt  # re-export: importers move in the final pass (trainer/build.py, benchmarks, tests)
+
 DECODE_SLICE = 32
 """Tokens per ``generate`` call: between calls, rows whose turn ended run their tools and finished
 rows make room for queued ones, so no row waits long for the batch's longest turn."""
-THINK_CLOSE = "</think>"
-
-
-def is_error_observation(observation: str) -> bool:
-    """True for a failed call: our ``{"error": ...}`` JSON or TRL's ``{'error': ...}`` repr."""
-    text = str(observation).lstrip()
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return text.startswith("{'error':")
-    return isinstance(value, dict) and "error" in value
-
-
-def unparsed_call_blocks(reply: str) -> int:
-    """``<tool_call>`` blocks (good or bad) in a reply that was read as plain text."""
-    blocks = parse_tool_calls(reply)
-    return len(blocks.calls) + blocks.malformed
-
-
-@dataclass
-class TrajectoryRecord:
-    """What one trajectory did: in evaluation (`Trajectory`, from this module's rollout) and in
-    training (``environment.record_from_completion``, from TRL's parsed completion).
-
-    ``tool_calls``: every parsed call ``{"turn", "name", "arguments"}`` in order (executed or
-    pending); ``observations``: the tool messages in context (one per executed call);
-    ``valid_calls`` / ``failed_calls``: executed calls whose observation is a result / an error;
-    ``malformed_calls``: ``<tool_call>`` blocks in replies read as plain text (any malformed
-    block makes the whole reply plain text, as in TRL); ``n_turns``: model turns; ``finished``:
-    ended with a reply without calls, not truncated; ``pending_call``: stopped with calls that
-    never ran (turn cap); ``truncated``: the last turn has no ``<|im_end|>`` (length budget);
-    ``n_model_tokens``: the model's tokens (action mask 1).
-    """
-
-    tool_calls: list[dict] = field(default_factory=list)
-    observations: list[str] = field(default_factory=list)
-    valid_calls: int = 0
-    failed_calls: int = 0
-    malformed_calls: int = 0
-    n_turns: int = 0
-    finished: bool = False
-    pending_call: bool = False
-    truncated: bool = False
-    n_model_tokens: int = 0
 
 
 @dataclass(kw_only=True)
@@ -126,91 +93,6 @@ class Trajectory(TrajectoryRecord):
         return reply_text(self.turn_texts[-1]).strip() if self.finished else ""
 
 
-def reply_text(turn_text: str) -> str:
-    """The part of a model turn after its last ``</think>`` (all of it when there is none)."""
-    return turn_text.rsplit(THINK_CLOSE, 1)[-1]
-
-
-def task_messages(task: dict) -> tuple[list[dict], list[dict] | None]:
-    """(messages, tools) of a task row, without the trailing empty assistant placeholder."""
-    messages, tools = conversations_to_messages(task["conversations"])
-    while messages and messages[-1]["role"] == "assistant" and not messages[-1].get("content") \
-            and not messages[-1].get("tool_calls"):
-        messages.pop()
-    return messages, tools
-
-
-def render_ids(tokenizer: Any, messages: list[dict], **kwargs: Any) -> list[int]:
-    """Token ids of ``apply_chat_template(messages, **kwargs)`` (no automatic specials)."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def prompt_ids_for(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
-                   open_thinking: bool = False) -> list[int]:
-    """Ids of a prompt and its generation prompt (think block opened iff ``open_thinking``)."""
-    return render_ids(tokenizer, messages, tools=tools, add_generation_prompt=True,
-                      open_thinking=open_thinking)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def replace_surrogates(text: str) -> str:
-    """``text`` with every lone surrogate (``"\\ud800"`` from a JSON escape: no tokenizer or
-    UTF-8 file can encode it) replaced by U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text)
-
-
-@functools.lru_cache(maxsize=8)
-def _token_pattern(tokens: tuple[str, ...]) -> re.Pattern | None:
-    alternatives = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True) if t)
-    return re.compile(alternatives) if alternatives else None
-
-
-def escape_added_tokens(tokenizer: Any, text: str) -> str:
-    """``text`` with the first character of every occurrence of one of the tokenizer's added or
-    special tokens (``<|im_end|>``, ``<|im_start|>``, ``<tool_response>``, ...) written as a
-    ``\\uXXXX`` escape (``<|im_end|>`` → ``\\u003c|im_end|>``), so it tokenises as plain text.
-    Observations are JSON (or TRL's Python repr), where that escape reads back as the same
-    character: the tool's result is kept, but cannot become a special id."""
-    pattern = _token_pattern(tuple(sorted(getattr(tokenizer, "added_tokens_encoder", None) or ())))
-    if pattern is None:
-        return text
-    return pattern.sub(lambda m: f"\\u{ord(m.group()[0]):04x}{m.group()[1:]}", text)
-
-
-def tool_turn_ids(tokenizer: Any, names: list[str], observations: list[str],
-                  open_thinking: bool = False) -> list[int]:
-    """Ids that follow a model turn's ``<|im_end|>`` when its calls returned ``observations``:
-    the template's rendering of the tool messages plus the generation prompt, cut from a
-    one-exchange conversation right after the assistant's ``<|im_end|>``. Each observation
-    (and name) first gets `replace_surrogates` and `escape_added_tokens`: whatever a tool
-    returns renders, and never as special ids (a forged ``<|im_start|>system`` header)."""
-    names = [replace_surrogates(str(n)) for n in names]
-    observations = [escape_added_tokens(tokenizer, replace_surrogates(str(o))) for o in observations]
-    calls = [{"type": "function", "function": {"name": n, "arguments": {}}} for n in names]
-    head = [{"role": "user", "content": "x"},
-            {"role": "assistant", "content": "", "tool_calls": calls}]
-    tool_messages = [{"role": "tool", "name": n, "content": o} for n, o in zip(names, observations)]
-    prefix = render_ids(tokenizer, head)
-    prefix = prefix[:len(prefix) - prefix[::-1].index(tokenizer.eos_token_id)]
-    full = render_ids(tokenizer, head + tool_messages, add_generation_prompt=True,
-                       open_thinking=open_thinking)
-    if full[:len(prefix)] != prefix:
-        raise ValueError("chat template is not prefix-preserving around a tool turn")
-    return full[len(prefix):]
-
-
-def _recordable(value: Any) -> Any:
-    """A copy of a parsed call's name or arguments that any JSON writer can write: lone
-    surrogates become U+FFFD; ``"<unreadable>"`` when it cannot be serialised (nested too deep)."""
-    try:
-        return json.loads(replace_surrogates(json.dumps(value, ensure_ascii=False)))
-    except (ValueError, TypeError, RecursionError):
-        return "<unreadable>"
-
-
 def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: Any,
                call_tool: Any, schemas: list[dict], turn: int, max_tool_turns: int) -> list[int] | None:
     """Record one model turn (``ids`` generated after ``context``); run its calls
@@ -227,15 +109,12 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
     if not ended:
         traj.truncated = True
         return None
-    try:
-        message = parse_response(tokenizer, ids, prefix=context, tools=schemas)
-    except Exception:  # noqa: BLE001 - TRL falls back to plain text on ValueError/TypeError only
-        message = {"role": "assistant", "content": text}
+    message = parse_model_turn(tokenizer, ids, context, schemas, text)
     calls = [c.get("function", c) for c in message.get("tool_calls") or []]
-    traj.tool_calls += [{"turn": turn, "name": _recordable(c["name"]), "arguments": _recordable(c["arguments"])}
+    traj.tool_calls += [{"turn": turn, "name": recordable(c["name"]), "arguments": recordable(c["arguments"])}
                         for c in calls]
     if not calls:
-        traj.malformed_calls += unparsed_call_blocks(reply_text(text))
+        traj.malformed_calls += turn_malformed_calls(text, read_as_text=True)
         traj.finished = True
         return None
     if turn >= max_tool_turns:
@@ -271,14 +150,13 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
                               return_dict_in_generate=True, **sampling)
     trajectories = []
     for t, task in enumerate(tasks):
-        messages, tools = task_messages(task)
+        messages, tools = task_prompt(task)
         prompt = prompt_ids_for(tokenizer, messages, tools, open_thinking)
         trajectories += [Trajectory(task_index=t, sample_index=s, task_id=task.get("id"),
                                     open_thinking=open_thinking, tools=tools, prompt_ids=list(prompt))
                          for s in range(num_samples)]
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=len(trajectories), desc="rollout", unit="traj")
     device = next(model.parameters()).device
     was_training = model.training
@@ -318,8 +196,6 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
     turn go on from their last token; and queued trajectories are encoded and join, up to
     ``batch_size`` rows. Nothing is computed twice: the cache keeps every row's context, and a
     new row's prompt is encoded once, shared prefixes and identical prompts once (`prefill`)."""
-    from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
-
     schemas = registry.schemas()
     environment = make_environment_class(registry)()  # the tools as training's loop calls them
     tools = environment_tools(environment)

@@ -10,7 +10,9 @@ TRL's GRPOTrainer gives reward functions either
   When TRL cannot parse a turn's tool call it keeps the raw text (tags included) as
   ``content`` and runs no tool; the raw ``<tool_call>`` text is parsed here.
 
-`view_completion` turns either into a `CompletionView`.
+`view_completion` turns either into a `CompletionView`. Malformed calls are counted by the
+protocol's one rule (`minimind_trl.envs.protocol.turn_malformed_calls`), as the training metric
+``tool_malformed_per_trajectory`` and the evaluation records count them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from minimind_trl.envs.parsing import parse_tool_calls
+from minimind_trl.envs.protocol import message_calls, message_malformed_calls, message_text, turn_malformed_calls
 from minimind_trl.rewards.verifier import (
     ROLE_HEADER as _ROLE_HEADER,
     SPECIAL_TOKEN as _SPECIAL_TOKEN,
@@ -44,12 +47,14 @@ class CompletionView:
     ``turn_texts`` holds each assistant turn's text as the model wrote it, without special
     tokens and role headers (from the message form: reasoning, when carried separately, closed
     by ``</think>``; structured tool calls written back as ``<tool_call>`` blocks). ``calls``
-    are the well-formed calls in order, ``malformed`` the malformed ``<tool_call>`` blocks,
-    ``observations`` the tool results in order. ``unfinished`` is True when the last assistant
-    turn still makes a well-formed tool call or the completion ends on a tool result: no final
-    answer was given, and ``final_answer`` is "". (A last turn whose only call attempts are
-    malformed is finished: its text outside the blocks is the answer; the malformed blocks are
-    counted in ``malformed``.)
+    are the well-formed calls in order (structured ones and well-formed blocks in the text),
+    ``malformed`` the malformed calls by the protocol's rule (every ``<tool_call>`` block of a
+    reply read as plain text: a message without structured calls, or, in the text form, a turn
+    whose reply has a malformed block), ``observations`` the tool results in order.
+    ``unfinished`` is True when the last assistant turn still makes a well-formed tool call or
+    the completion ends on a tool result: no final answer was given, and ``final_answer`` is "".
+    (A last turn whose only call attempts are malformed is finished: its text outside the blocks
+    is the answer; the malformed blocks are counted in ``malformed``.)
     """
 
     final_answer: str
@@ -68,18 +73,9 @@ class CompletionView:
         return sum(observation_result(o) is None for o in self.observations)
 
 
-def _content_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # multimodal content parts
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
 def _structured_calls(message: dict) -> list[dict]:
     calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", call) if isinstance(call, dict) else {}
+    for function in message_calls(message):
         arguments = function.get("arguments", {})
         if isinstance(arguments, str):
             try:
@@ -104,18 +100,18 @@ def _view_messages(messages: list[dict]) -> CompletionView:
     for message in messages:
         role = message.get("role")
         if role == "tool":
-            view.observations.append(_content_text(message.get("content")))
+            view.observations.append(message_text(message.get("content")))
             continue
         if role != "assistant":
             continue
-        content = _content_text(message.get("content"))
+        content = message_text(message.get("content"))
         parsed, structured = parse_tool_calls(content), _structured_calls(message)
         reasoning = next((message[k] for k in _REASONING_KEYS if message.get(k)), "")
         text = (f"{reasoning}</think>" if reasoning else "") + content
         text += "".join("\n" + _render_call(c) for c in structured)
         view.turn_texts.append(text)
         view.calls.extend([*structured, *parsed.calls])
-        view.malformed += parsed.malformed
+        view.malformed += message_malformed_calls(message)
         last_assistant_calls = bool(structured or parsed.calls)
         answer_source = content
     view.unfinished = bool(messages) and (messages[-1].get("role") == "tool"
@@ -153,9 +149,8 @@ def _view_text(text: str) -> CompletionView:
         if turn.strip():
             view.turn_texts.append(turn.strip())
     for turn in view.turn_texts:
-        parsed = parse_tool_calls(turn)
-        view.calls.extend(parsed.calls)
-        view.malformed += parsed.malformed
+        view.calls.extend(parse_tool_calls(turn).calls)
+        view.malformed += turn_malformed_calls(turn)
     ends_on_observation = bool(view.observations) and not _TURN_NOISE.sub("", segments[-1])
     last_turn_calls = bool(view.turn_texts) and bool(parse_tool_calls(view.turn_texts[-1]).calls)
     view.unfinished = ends_on_observation or last_turn_calls

@@ -1,4 +1,7 @@
-"""The MiniMind chat template, the matching response-parsing template, and row normalisation.
+"""The MiniMind chat template and the matching response-parsing template.
+
+Turning an upstream row into ``(messages, tools)`` is the conversation schema's job
+(:func:`minimind_trl.conversation.normalize_conversation`, re-exported here).
 
 Rendering contract (``tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=...,
 open_thinking=..., tokenize=False)``), byte-exact with upstream MiniMind's format:
@@ -32,10 +35,10 @@ TRL's multi-turn tool loop requires.
 
 from __future__ import annotations
 
-import copy
-import json
 from importlib import resources
 from typing import Any
+
+from minimind_trl.conversation import normalize_conversation  # noqa: F401 # re-export: importers move in the final pass
 
 CHAT_TEMPLATE: str = resources.files(__package__).joinpath("chat_template.jinja").read_text(encoding="utf-8")
 
@@ -62,61 +65,3 @@ RESPONSE_TEMPLATE: dict[str, Any] = {
         "content": {"close_pattern": r"\s*(?:<\|im_end\|>|<\|endoftext\|>)", "content": "text"},
     },
 }
-
-
-def _loads(value: str, where: str) -> Any:
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not valid JSON ({exc.msg} at char {exc.pos})") from None
-
-
-def _normalize_call(call: Any, where: str) -> dict:
-    if not isinstance(call, dict):
-        raise ValueError(f"{where}: a tool call must be an object, got {type(call).__name__}")
-    fn = call.get("function", call)
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-        raise ValueError(f"{where}: a tool call needs a non-empty string 'name'")
-    arguments = fn.get("arguments", {})
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, (dict, str)):
-        raise ValueError(f"{where}.arguments: must be an object or a JSON string, got {type(arguments).__name__}")
-    return {"type": "function", "function": {"name": fn["name"], "arguments": arguments}}
-
-
-def normalize_conversation(
-    conversations: list[dict], where: str = "conversations"
-) -> tuple[list[dict], list[dict] | None]:
-    """Turn an upstream-format conversation into ``(messages, tools)`` for ``apply_chat_template``.
-
-    Upstream rows keep the tool schemas as a JSON string in the system message's ``tools`` field
-    and an assistant's ``tool_calls`` as a JSON string. This parses both, moves the tools out of
-    the system message (returned separately, ``None`` when there are none) and puts tool calls in
-    the OpenAI form. String ``arguments`` stay strings, so they render exactly as written.
-    The input is not modified. Errors name ``where`` and the message index.
-    """
-    if not isinstance(conversations, list) or not conversations:
-        raise ValueError(f"{where}: must be a non-empty list of messages")
-    messages: list[dict] = []
-    tools: list[dict] | None = None
-    for index, raw in enumerate(conversations):
-        here = f"{where}[{index}]"
-        if not isinstance(raw, dict) or not isinstance(raw.get("role"), str):
-            raise ValueError(f"{here}: a message must be an object with a string 'role'")
-        message = copy.deepcopy(raw)
-        raw_tools = message.pop("tools", None)
-        if raw_tools not in (None, "", []):
-            if index != 0 or message["role"] != "system":
-                raise ValueError(f"{here}.tools: tools may only be given on the first (system) message")
-            tools = _loads(raw_tools, f"{here}.tools") if isinstance(raw_tools, str) else raw_tools
-            if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-                raise ValueError(f"{here}.tools: must be a list of tool schema objects")
-        raw_calls = message.pop("tool_calls", None)
-        if raw_calls not in (None, "", []):
-            calls = _loads(raw_calls, f"{here}.tool_calls") if isinstance(raw_calls, str) else raw_calls
-            if not isinstance(calls, list):
-                calls = [calls]
-            message["tool_calls"] = [_normalize_call(c, f"{here}.tool_calls[{i}]") for i, c in enumerate(calls)]
-        messages.append(message)
-    return messages, tools
