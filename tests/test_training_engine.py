@@ -11,7 +11,7 @@ from datasets import Dataset
 from test_rollout import make_task, scripted  # tests/ is on sys.path
 
 from minimind_trl.envs.environment import make_environment_class
-from minimind_trl.envs.generation import Sampling, generate_turns
+from minimind_trl.envs.generation import RowSampler, Sampling, TurnCache, generate_turns
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import load_tokenizer
@@ -145,8 +145,6 @@ def test_minimind_engine_refuses_settings_it_does_not_implement(tmp_path):
 def test_a_resumed_turn_equals_a_fresh_encoding(tokenizer):
     """With a TurnCache, the next turn of a row feeds only its new ids and generates what a fresh
     encoding of the whole context generates (greedy), for rows resumed from different widths."""
-    from minimind_trl.envs.generation import TurnCache
-
     torch.manual_seed(0)
     model = MiniMindForCausalLM(get_preset("tiny")).eval()
     g = torch.Generator().manual_seed(1)
@@ -165,8 +163,6 @@ def test_a_resumed_turn_equals_a_fresh_encoding(tokenizer):
 def test_row_sampler_draws_from_the_warped_distribution():
     """Inverse-CDF draws follow softmax(warped logits): frequencies within sampling error over 20k
     draws; filtered (top-k) tokens never come out; each row's draws come from its own stream."""
-    from minimind_trl.envs.generation import RowSampler
-
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -3.0]]).repeat(2, 1)
     sampler = RowSampler(Sampling(temperature=0.7, top_k=3))
     expected = torch.softmax(torch.tensor([2.0, 1.0, 0.0]) / 0.7, dim=0)
