@@ -51,11 +51,14 @@ to Python floats together with the common metrics. Register before building the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
+
+from minimind_trl import metric_names as names
 
 __all__ = [
     "ADVANTAGE_MODES",
@@ -67,14 +70,18 @@ __all__ = [
     "PolicyLossSpec",
     "PolicyTerm",
     "REDUCTIONS",
+    "RolloutTotals",
+    "WeightedLoss",
     "LOG_RATIO_BOUND",
     "ZSCORE_EPS",
     "cispo_policy_loss",
     "clip_policy_loss",
     "compute_advantages",
     "compute_policy_loss",
+    "compute_weighted_loss",
     "gspo_policy_loss",
     "k3_kl",
+    "kl_token_mean",
     "log_ratio",
     "reduce_loss",
     "register_policy_loss",
@@ -459,14 +466,15 @@ def cispo_policy_loss(
         d l_t / d logp_t = -w_t A
 
     The weight carries no gradient anyway, so the log-ratio clamp only keeps it finite (an old
-    log-prob of ``-inf`` gives the weight ``cispo_max``). Diagnostic ``cispo_truncation_fraction``: share of action tokens with ``r_t > cispo_max``.
+    log-prob of ``-inf`` gives the weight ``cispo_max``). Diagnostic ``cispo_truncation_fraction``:
+    share of action tokens with ``r_t > cispo_max``.
     Args: logps, old_logps, mask ``[B, T]``; advantages ``[B]``. Returns per-token values ``[B, T]``.
     """
     ratio = torch.exp(log_ratio(logps.detach(), old_logps))  # [B, T], no gradient
     weight = torch.clamp(ratio, max=config.cispo_max)
     per_token = -weight * advantages.unsqueeze(1) * logps
     truncated = (ratio > config.cispo_max) & mask
-    metrics = {"cispo_truncation_fraction": _fraction(truncated, mask)}
+    metrics = {names.CISPO_TRUNCATION_FRACTION: _fraction(truncated, mask)}
     return PolicyTerm(per_token, metrics)
 
 
@@ -500,12 +508,12 @@ def gspo_policy_loss(
     low = (s < 1.0 - config.epsilon_low) & (advantages < 0) & valid
     high = (s > 1.0 + config.epsilon_high) & (advantages > 0) & valid
     metrics = {
-        "seq_ratio_min": _masked_min(s, valid, default=1.0),
-        "seq_ratio_mean": _masked_mean(s, valid, default=1.0),
-        "seq_ratio_max": _masked_max(s, valid, default=1.0),
-        "gspo_seq_clip_fraction_low": _fraction(low, valid),
-        "gspo_seq_clip_fraction_high": _fraction(high, valid),
-        "gspo_seq_clip_fraction": _fraction(low | high, valid),
+        names.SEQ_RATIO_MIN: _masked_min(s, valid, default=1.0),
+        names.SEQ_RATIO_MEAN: _masked_mean(s, valid, default=1.0),
+        names.SEQ_RATIO_MAX: _masked_max(s, valid, default=1.0),
+        names.GSPO_SEQ_CLIP_FRACTION_LOW: _fraction(low, valid),
+        names.GSPO_SEQ_CLIP_FRACTION_HIGH: _fraction(high, valid),
+        names.GSPO_SEQ_CLIP_FRACTION: _fraction(low | high, valid),
     }
     return PolicyTerm(per_seq, metrics)
 
@@ -570,6 +578,26 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
+def kl_token_mean(
+    logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The reference KL term: the token mean of :func:`k3_kl` over all action tokens.
+
+    ::
+
+        logp, ref [B, T] -> 0 where m = 0, cast to ``dtype``            (padding never reaches exp)
+        KL = sum_bt m_bt kl_bt / sum_bt m_bt                            scalar; 0 with no action token
+
+    The gradient flows into ``logps`` only (``ref_logps`` is detached). This is the ``D_KL`` of
+    GRPO's objective (DeepSeekMath eq. 3) averaged per token, whatever the policy reduction.
+    """
+    m = mask.bool()
+    zero = torch.zeros((), dtype=dtype, device=logps.device)
+    masked_logps = torch.where(m, logps.to(dtype), zero)
+    masked_ref = torch.where(m, ref_logps.detach().to(dtype), zero)
+    return reduce_loss(k3_kl(masked_logps, masked_ref), m, "token_mean")
+
+
 # --------------------------------------------------------------------------------------------
 # The loss
 # --------------------------------------------------------------------------------------------
@@ -632,8 +660,7 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
     policy_loss = reduce_loss(term.values, m, config.reduction, config.fixed_length)
 
     if use_kl:
-        ref = torch.where(m, batch.ref_logps.detach().to(dtype), zero)
-        kl = reduce_loss(k3_kl(logps, ref), m, "token_mean")
+        kl = kl_token_mean(logps, batch.ref_logps, m, dtype)
         loss = policy_loss + config.beta * kl
     else:
         kl = zero
@@ -660,28 +687,123 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         tokens, valid_rows, n_low, n_high, n_clipped = ints
         per_token = 1.0 / max(tokens, 1)
         metrics = {
-            "loss": loss_value,
-            "policy_loss": policy_value,
-            "kl": kl_value,
-            "ratio_min": math.exp(log_ratio_min) if tokens else 1.0,
-            "ratio_mean": ratio_sum * per_token if tokens else 1.0,
-            "ratio_max": math.exp(log_ratio_max) if tokens else 1.0,
-            "max_abs_log_ratio": max(log_ratio_max, -log_ratio_min) + 0.0 if tokens else 0.0,  # no -0.0
-            "clip_fraction_low": n_low * per_token,
-            "clip_fraction_high": n_high * per_token,
-            "clip_fraction": n_clipped * per_token,
-            "num_action_tokens": float(tokens),
-            "num_valid_rows": float(valid_rows),
+            names.LOSS: loss_value,
+            names.POLICY_LOSS: policy_value,
+            names.KL: kl_value,
+            names.RATIO_MIN: math.exp(log_ratio_min) if tokens else 1.0,
+            names.RATIO_MEAN: ratio_sum * per_token if tokens else 1.0,
+            names.RATIO_MAX: math.exp(log_ratio_max) if tokens else 1.0,
+            names.MAX_ABS_LOG_RATIO: max(log_ratio_max, -log_ratio_min) + 0.0 if tokens else 0.0,  # no -0.0
+            names.CLIP_FRACTION_LOW: n_low * per_token,
+            names.CLIP_FRACTION_HIGH: n_high * per_token,
+            names.CLIP_FRACTION: n_clipped * per_token,
+            names.NUM_ACTION_TOKENS: float(tokens),
+            names.NUM_VALID_ROWS: float(valid_rows),
         }
         if term.metrics:
-            names = list(term.metrics)
-            for name in names:
+            extra = list(term.metrics)
+            for name in extra:
                 if name in metrics:
                     raise ValueError(f"policy {config.policy!r} metric {name!r} clashes with a common metric")
-            values = torch.stack([term.metrics[k].detach().to(torch.float64).reshape(()) for k in names])
-            metrics.update(zip(names, values.tolist()))
+            values = torch.stack([term.metrics[k].detach().to(torch.float64).reshape(()) for k in extra])
+            metrics.update(zip(extra, values.tolist()))
 
     return LossOutput(loss=loss, policy_loss=policy_loss.detach(), kl=kl.detach(), metrics=metrics)
+
+
+# --------------------------------------------------------------------------------------------
+# Split-invariant weighting (one micro-batch of a rollout)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutTotals:
+    """Rollout-wide counts that weight one micro-batch's loss (see :func:`compute_weighted_loss`).
+
+    Attributes:
+        valid_rows: ``R``, rows with at least one action token, over all processes.
+        action_tokens: ``N``, action tokens, over all processes.
+        local_rows: rows of this process's share of the rollout (all its micro-batches together).
+        world_size: ``W``, number of processes (DDP averages their gradients).
+    """
+
+    valid_rows: float
+    action_tokens: float
+    local_rows: float
+    world_size: int = 1
+
+
+class WeightedLoss(NamedTuple):
+    """Result of :func:`compute_weighted_loss`.
+
+    loss: differentiable scalar, this micro-batch's part of the rollout objective; backpropagate it.
+    policy: the unweighted policy term of the micro-batch (:func:`compute_policy_loss` with
+        ``beta = 0``) and its metrics.
+    kl: detached scalar, the micro-batch's share of the rollout's KL token mean, ``k n / N``
+        (0 when ``beta = 0``); summed over micro-batches it is the rollout's KL.
+    share: the policy weight ``r / R`` (``n / N`` for ``token_mean``).
+    world_size: ``W`` as applied (1 without :class:`RolloutTotals`).
+    """
+
+    loss: torch.Tensor
+    policy: LossOutput
+    kl: torch.Tensor
+    share: float
+    world_size: float
+
+
+@functools.lru_cache(maxsize=64)
+def _without_kl(config: ObjectiveConfig) -> ObjectiveConfig:
+    return config if config.beta == 0 else dataclasses.replace(config, beta=0.0)
+
+
+def compute_weighted_loss(
+    batch: PolicyBatch,
+    config: ObjectiveConfig,
+    totals: RolloutTotals | None = None,
+    aux_loss: torch.Tensor | None = None,
+    aux_coef: float = 0.0,
+) -> WeightedLoss:
+    """One micro-batch's loss, weighted so that an optimizer step's gradient does not depend on the split.
+
+    A rollout (all processes) holds ``R`` valid rows and ``N`` action tokens; this micro-batch
+    (``batch``: logps, old, ref, m ``[B, T]``, A ``[B]``) holds ``r`` valid rows and ``n`` action
+    tokens, and this process holds ``B_local`` of the rollout's rows. With ``p`` the policy term
+    (:func:`compute_policy_loss` without KL) and ``k`` the KL token mean (:func:`kl_token_mean`)::
+
+        s    = r / R                    (n / N for reduction "token_mean")
+        loss = W * (p * s + beta * k * n / N) + aux_coef * aux * B / B_local
+
+    Summed over micro-batches and averaged over the ``W`` processes (DDP) this is exactly
+    ``policy objective over the rollout + beta * KL token mean over the rollout``: for
+    ``seq_mean`` / ``fixed_length`` / ``sequence`` ``p`` is a mean over the ``r`` rows, so
+    ``sum p r / R`` is the mean over all ``R``; for ``token_mean`` the same holds with tokens.
+    This holds whatever the per-device batch size, accumulation steps, process count or a shorter
+    last window. The MoE aux loss (a statistic of each batch, not split-invariant by nature) enters
+    as its row-weighted mean. ``R``, ``N`` are clamped to at least 1.
+
+    Without ``totals`` (evaluation) the micro-batch is the whole rollout: ``R = max(r, 1)``,
+    ``N = max(n, 1)``, ``W = 1``, ``B_local = B``.
+    """
+    policy = compute_policy_loss(batch, _without_kl(config))
+    rows, tokens = policy.metrics[names.NUM_VALID_ROWS], policy.metrics[names.NUM_ACTION_TOKENS]
+    if totals is None:
+        total_rows, total_tokens, row_share, world = max(rows, 1.0), max(tokens, 1.0), 1.0, 1.0
+    else:
+        total_rows, total_tokens = max(float(totals.valid_rows), 1.0), max(float(totals.action_tokens), 1.0)
+        row_share = batch.mask.size(0) / float(totals.local_rows)
+        world = float(totals.world_size)
+    share = tokens / total_tokens if config.reduction == "token_mean" else rows / total_rows
+    loss = policy.loss * (share * world)
+    kl = torch.zeros((), device=batch.logps.device)
+    if config.beta > 0:
+        if batch.ref_logps is None:
+            raise ValueError(f"beta={config.beta} > 0 needs ref_logps in the batch")
+        kl = kl_token_mean(batch.logps, batch.ref_logps, batch.mask) * (tokens / total_tokens)
+        loss = loss + config.beta * kl * world
+    if aux_loss is not None:
+        loss = loss + aux_coef * aux_loss * row_share
+    return WeightedLoss(loss=loss, policy=policy, kl=kl.detach(), share=share, world_size=world)
 
 
 # --------------------------------------------------------------------------------------------

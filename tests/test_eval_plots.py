@@ -6,7 +6,17 @@ import pytest
 
 from minimind_trl.eval.cli import plot_main
 from minimind_trl.eval.errors import EvalError
-from minimind_trl.eval.plots import FIGURES, plot_runs, plot_summary
+from minimind_trl.eval.plots import figure_keys, plot_runs, plot_summary
+from minimind_trl.metric_names import (
+    COUNT_ASSIGN,
+    COUNT_ENTROPY_SUM,
+    COUNT_FLIP_TOKENS,
+    COUNT_FLIPS,
+    COUNT_PROB_SUM,
+    COUNT_TOKENS,
+    TRAINING_FIGURES,
+    router_count_key,
+)
 from minimind_trl.trainer.moe import finalize_counts
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -16,10 +26,11 @@ def moe_figures(flips: int) -> dict:
     """What finalize_counts turns a 2-layer, 4-expert step's summed router counts into."""
     sums = {}
     for layer in (0, 1):
-        p = f"moe.{layer}."
-        sums.update({p + "tokens": 10.0, p + "entropy_sum": 12.0, p + "flips": float(flips), p + "flip_tokens": 8.0})
-        sums.update({f"{p}assign.{e}": float(e + 1) for e in range(4)})
-        sums.update({f"{p}prob_sum.{e}": 2.5 for e in range(4)})
+        sums.update({router_count_key(layer, COUNT_TOKENS): 10.0, router_count_key(layer, COUNT_ENTROPY_SUM): 12.0,
+                     router_count_key(layer, COUNT_FLIPS): float(flips),
+                     router_count_key(layer, COUNT_FLIP_TOKENS): 8.0})
+        sums.update({router_count_key(layer, COUNT_ASSIGN, e): float(e + 1) for e in range(4)})
+        sums.update({router_count_key(layer, COUNT_PROB_SUM, e): 2.5 for e in range(4)})
     return finalize_counts(sums, 4)
 
 
@@ -93,9 +104,19 @@ def test_plot_cli_runs(tmp_path):
 def test_moe_figures_take_the_trainers_keys_and_only_them():
     keys = [k for k, v in moe_figures(flips=1).items() if isinstance(v, float)] + ["aux_loss", "entropy",
                                                                                     "policy_loss", "loss"]
-    drawn = {name: sorted(k for k in keys if pattern.search(k)) for name, _, pattern in FIGURES}
+    drawn = {group.stem: sorted(group.select(keys)) for group in TRAINING_FIGURES}
     assert drawn["router_load"] == ["moe/layer0/imbalance", "moe/layer1/imbalance", "moe/max_imbalance"]
     assert drawn["router_entropy"] == ["moe/layer0/router_entropy", "moe/layer1/router_entropy"]
     assert drawn["router_flip"] == ["moe/flip_rate", "moe/layer0/flip_rate", "moe/layer1/flip_rate"]
     assert drawn["aux_loss"] == ["aux_loss", "moe/layer0/aux_loss", "moe/layer1/aux_loss"]
     assert drawn["entropy"] == ["entropy"] and drawn["loss"] == ["loss", "policy_loss"]  # no router key
+
+
+def test_figure_keys_names_what_plot_runs_draws(tmp_path):
+    run = write_metrics(tmp_path / "moe", moe=True)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    drawn = figure_keys(rows)
+    written = {p.stem for p in plot_runs([run], tmp_path / "fig")}
+    assert set(drawn) | {"by_update"} == written
+    assert drawn["router_load"] == ["moe/layer0/imbalance", "moe/layer1/imbalance", "moe/max_imbalance"]
+    assert "note" not in {k for keys in drawn.values() for k in keys}  # text is not plottable

@@ -20,9 +20,12 @@ from minimind_trl.objectives import (
     ObjectiveConfig,
     PolicyBatch,
     PolicyTerm,
+    RolloutTotals,
     compute_advantages,
     compute_policy_loss,
+    compute_weighted_loss,
     k3_kl,
+    kl_token_mean,
     reduce_loss,
     register_policy_loss,
 )
@@ -751,3 +754,118 @@ def test_registered_plugin_objective():
     with pytest.raises(ValueError):
         register_policy_loss("x", level="row")
     assert {"clip", "cispo", "gspo"} <= set(POLICY_LOSSES)
+
+
+# --------------------------------------------------------------------------------------------
+# The KL term and the split-invariant weighting (moved here from the trainer's _compute_loss)
+# --------------------------------------------------------------------------------------------
+# KL batch (B=2, T=3). Row 0: logp -1, -2 (third token masked, garbage 5 / 9); row 1: one token
+# with logp = ref. d = ref - logp = -0.5, +1, 0; kl = e^d - d - 1:
+#   e^-0.5 + 0.5 - 1 = 0.1065306597,  e - 2 = 0.7182818285,  0.
+# Token mean over the 3 action tokens: 0.2749374961. A sign error (d = logp - ref) gives
+# (0.1487212707 + 0.3678794412 + 0) / 3 = 0.1722; a per-row mean gives (0.41241 + 0) / 2 = 0.2062;
+# a sum gives 0.8248.
+
+KL_LOGP = [[-1.0, -2.0, 5.0], [-0.5, 0.0, 0.0]]
+KL_REF = [[-1.5, -1.0, 9.0], [-0.5, 3.0, 3.0]]
+KL_MASK = [[1, 1, 0], [1, 0, 0]]
+KL_MEAN = (math.exp(-0.5) + 0.5 - 1 + math.e - 2 + 0.0) / 3
+
+
+def test_kl_token_mean_hand_worked_value_and_gradient():
+    logp = torch.tensor(KL_LOGP, requires_grad=True)
+    kl = kl_token_mean(logp, torch.tensor(KL_REF), torch.tensor(KL_MASK))
+    assert kl.item() == pytest.approx(0.2749374961, rel=1e-6)
+    assert kl.item() == pytest.approx(KL_MEAN, rel=1e-6)
+    kl.backward()
+    # d kl_t / d logp_t = 1 - e^d, averaged over N = 3 tokens; masked positions get exactly 0
+    expected = [[(1 - math.exp(-0.5)) / 3, (1 - math.e) / 3, 0.0], [0.0, 0.0, 0.0]]
+    torch.testing.assert_close(logp.grad, torch.tensor(expected), rtol=1e-6, atol=1e-7)
+    assert logp.grad[0, 0] > 0 > logp.grad[0, 1]  # raising logp where ref > logp lowers the KL
+
+
+def test_kl_token_mean_matches_compute_policy_loss_kl():
+    logp, ref, mask = torch.tensor(KL_LOGP), torch.tensor(KL_REF), torch.tensor(KL_MASK)
+    batch = PolicyBatch(logp, logp, torch.tensor([1.0, -1.0]), mask, ref)
+    out = compute_policy_loss(batch, ObjectiveConfig(beta=0.5))
+    assert out.kl.item() == pytest.approx(KL_MEAN, rel=1e-6)
+    assert out.loss.item() == pytest.approx(out.policy_loss.item() + 0.5 * KL_MEAN, rel=1e-6)
+
+
+# Weighted-loss batch: the KL batch plus an empty third row; A = 1, -4, 5; ratio 1 (old = logp),
+# so the clip term is -A per action token:
+#   seq_mean   p = (-1 + 4) / 2 = 1.5        (row 2 has no action token: not a valid row)
+#   token_mean p = (-1 - 1 + 4) / 3 = 2/3
+# Rollout: R = 8 valid rows, N = 20 action tokens, this process holds 6 rows, W = 2 processes.
+#   s = r/R = 2/8 (token_mean: n/N = 3/20);  KL part k n / N = 0.27494 * 3/20
+#   loss = W (p s + beta k n/N) + aux_coef aux B/B_local,  beta 0.1, aux 2, coef 0.01, B/B_local 3/6
+
+
+def weighted_batch():
+    logp = torch.tensor(KL_LOGP + [[0.0, 0.0, 0.0]], requires_grad=True)
+    ref = torch.tensor(KL_REF + [[0.0, 0.0, 0.0]])
+    mask = torch.tensor(KL_MASK + [[0, 0, 0]]).bool()
+    return logp, PolicyBatch(logp, logp.detach(), torch.tensor([1.0, -4.0, 5.0]), mask, ref)
+
+
+@pytest.mark.parametrize("reduction, policy, share", [("seq_mean", 1.5, 2 / 8), ("token_mean", 2 / 3, 3 / 20)])
+def test_weighted_loss_hand_worked(reduction, policy, share):
+    _, batch = weighted_batch()
+    totals = RolloutTotals(valid_rows=8, action_tokens=20, local_rows=6, world_size=2)
+    config = ObjectiveConfig(reduction=reduction, beta=0.1)
+    out = compute_weighted_loss(batch, config, totals, aux_loss=torch.tensor(2.0), aux_coef=0.01)
+    kl_part = KL_MEAN * 3 / 20
+    assert out.share == pytest.approx(share) and out.world_size == 2.0
+    assert out.kl.item() == pytest.approx(kl_part, rel=1e-6) and not out.kl.requires_grad
+    assert out.policy.policy_loss.item() == pytest.approx(policy, rel=1e-6)
+    assert out.policy.kl.item() == 0.0  # the policy term is computed without the KL
+    expected = 2 * (policy * share + 0.1 * kl_part) + 0.01 * 2.0 * 3 / 6
+    assert out.loss.item() == pytest.approx(expected, rel=1e-6)
+    without_kl = compute_weighted_loss(batch, dataclasses.replace(config, beta=0.0), totals)
+    assert out.loss.item() - without_kl.loss.item() == pytest.approx(2 * 0.1 * kl_part + 0.01, rel=1e-5)  # KL adds
+
+
+def test_weighted_loss_without_totals_is_the_batch_objective():
+    """Evaluation: the micro-batch is the whole rollout (R = r, N = n, W = 1)."""
+    _, batch = weighted_batch()
+    config = ObjectiveConfig(beta=0.1)
+    out = compute_weighted_loss(batch, config)
+    assert out.share == 1.0 and out.world_size == 1.0
+    assert out.loss.item() == pytest.approx(1.5 + 0.1 * KL_MEAN, rel=1e-6)
+    assert out.loss.item() == pytest.approx(compute_policy_loss(batch, config).loss.item(), rel=1e-6)
+    with pytest.raises(ValueError, match="ref_logps"):
+        compute_weighted_loss(dataclasses.replace(batch, ref_logps=None), config)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [ObjectiveConfig(beta=0.2), ObjectiveConfig(reduction="token_mean", beta=0.2),
+     ObjectiveConfig(reduction="fixed_length", fixed_length=7, beta=0.2),
+     ObjectiveConfig.preset("gspo", beta=0.2), ObjectiveConfig.preset("cispo", beta=0.2)],
+    ids=["seq_mean", "token_mean", "fixed_length", "gspo", "cispo"],
+)
+def test_weighted_micro_batches_sum_to_the_rollout_objective(config):
+    """Two processes x uneven micro-batches: (1/W) sum of weighted losses = the rollout's objective,
+    value and gradient (a reduction or weighting error breaks this)."""
+    torch.manual_seed(0)
+    rows, length = 8, 6
+    old = torch.randn(rows, length) - 2
+    logp = (old + 0.3 * torch.randn(rows, length)).requires_grad_()
+    ref = old + 0.2 * torch.randn(rows, length)
+    mask = torch.rand(rows, length) > 0.35
+    mask[3] = False  # a row without action tokens
+    advantages = torch.randn(rows)
+
+    def part(index):
+        return PolicyBatch(logp[index], old[index], advantages[index], mask[index], ref[index])
+
+    whole = compute_policy_loss(part(slice(0, rows)), config)
+    (grad_whole,) = torch.autograd.grad(whole.loss, logp)
+    totals = RolloutTotals(valid_rows=float((mask.sum(1) > 0).sum()), action_tokens=float(mask.sum()),
+                           local_rows=4, world_size=2)
+    micro = [slice(0, 3), slice(3, 4), slice(4, 7), slice(7, 8)]  # process 0: rows 0-3, process 1: rows 4-7
+    losses = [compute_weighted_loss(part(index), config, totals).loss for index in micro]
+    total = sum(losses) / 2  # DDP averages the two processes' gradients
+    (grad_split,) = torch.autograd.grad(total, logp)
+    assert total.item() == pytest.approx(whole.loss.item(), rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(grad_split, grad_whole, rtol=1e-5, atol=1e-7)

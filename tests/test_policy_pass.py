@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 from trl.trainer.utils import add_fused_lm_head
 
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, router_aux_loss
@@ -177,8 +178,6 @@ def test_plain_calls_go_through_unchanged():
 
 def test_shared_pass_through_a_peft_lora_model_matches_the_plain_pass():
     """PEFT passes its own None keywords through; the LoRA layers run inside the shared pass."""
-    from peft import LoraConfig, get_peft_model
-
     batch = make_batch()
     mask = batch[3].bool()
     grads = {}

@@ -14,9 +14,20 @@ from test_trainer_helpers import (
 )
 from transformers import TrainerCallback
 
+from minimind_trl.metric_names import (
+    GRPO_RECORD_KEYS,
+    MOE_ALL_FLIP_RATE,
+    MOE_AUX_LOSS,
+    MOE_IMBALANCE,
+    MOE_LOAD,
+    MOE_ROUTER_ENTROPY,
+    moe_layer_key,
+)
 from minimind_trl.objectives import compute_advantages
-from minimind_trl.trainer.callbacks import METRIC_KEYS, read_metrics
 from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.grpo_trainer import _regroup_by_prompt
+from minimind_trl.trainer.recorder import read_metrics
+from minimind_trl.trainer.run import save_initial_model
 
 
 class GradGrab(TrainerCallback):
@@ -59,7 +70,7 @@ def test_update_zero_ratio_is_exactly_one_and_later_updates_move(k4_run):
 def test_metrics_rows_have_the_documented_keys(k4_run):
     _, rows = k4_run
     for row in rows:
-        missing = [key for key in METRIC_KEYS if key not in row]
+        missing = [key for key in GRPO_RECORD_KEYS if key not in row]
         assert not missing, missing
         assert row["reward/text_reward_mean"] == pytest.approx(row["reward_mean"])
         assert row["grad_norm"] >= 0 and row["learning_rate"] == pytest.approx(5e-3)
@@ -143,13 +154,13 @@ def test_moe_router_diagnostics(tmp_path):
     rows = read_metrics(tmp_path / "metrics.jsonl")
     for row in rows:
         for layer in (0, 1):
-            load = row[f"moe/layer{layer}/load"]
+            load = row[moe_layer_key(layer, MOE_LOAD)]
             assert len(load) == 4 and sum(load) == pytest.approx(1.0)
-            assert row[f"moe/layer{layer}/imbalance"] >= 1.0
-            assert row[f"moe/layer{layer}/router_entropy"] > 0
-            assert row[f"moe/layer{layer}/aux_loss"] > 0
-    assert rows[0]["moe/flip_rate"] == 0.0  # same weights in the old-log-prob and update passes
-    assert 0.0 <= rows[1]["moe/flip_rate"] <= 1.0
+            assert row[moe_layer_key(layer, MOE_IMBALANCE)] >= 1.0
+            assert row[moe_layer_key(layer, MOE_ROUTER_ENTROPY)] > 0
+            assert row[moe_layer_key(layer, MOE_AUX_LOSS)] > 0
+    assert rows[0][MOE_ALL_FLIP_RATE] == 0.0  # same weights in the old-log-prob and update passes
+    assert 0.0 <= rows[1][MOE_ALL_FLIP_RATE] <= 1.0
     assert rows[0]["aux_loss"] > 0
 
 
@@ -190,8 +201,6 @@ def test_prefix_sharing_gives_the_plain_pass_gradients_and_metrics(tmp_path, moe
     figures; update 0's ratio exactly 1 in both. Tool gaps, a reference model; dense with GA=2
     (rows regrouped). MoE with GA=1: the aux loss is a statistic of each micro-batch, so regrouping
     rows changes it (README), while the plain pass keeps TRL's shuffled split."""
-    from minimind_trl.trainer.run import save_initial_model
-
     batch, accumulation = (8, 1) if moe else (4, 2)
     grads, rows = {}, {}
     for sharing in (False, True):
@@ -222,8 +231,6 @@ def test_prefix_sharing_gives_the_plain_pass_gradients_and_metrics(tmp_path, moe
 
 
 def test_regroup_puts_each_group_in_one_micro_batch():
-    from minimind_trl.trainer.grpo_trainer import _regroup_by_prompt
-
     prompts = torch.tensor([[0, 5], [7, 8], [0, 5], [7, 8], [1, 2], [0, 5], [1, 2], [7, 8], [1, 2]])  # 3 groups of 3
     batches = [{"prompt_ids": prompts[i:i + 3], "row": list(range(i, i + 3)), "scalar": torch.tensor(9.0)}
                for i in (0, 3, 6)]

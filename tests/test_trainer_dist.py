@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trainer import GradGrab  # the tests folder is on sys.path (pytest; the script's own folder)
+from test_trainer_helpers import make_trainer, tiny_tokenizer
 
-HERE = Path(__file__).resolve().parent
+from minimind_trl.trainer.recorder import read_metrics
+
 STEPS = dict(max_steps=2, num_iterations=2, max_grad_norm=0.0)
 
 
 def _train(run_dir, per_device: int):
-    from test_trainer import GradGrab
-    from test_trainer_helpers import make_trainer
-
     grab = GradGrab()
     trainer = make_trainer(run_dir, callbacks=[grab], per_device_train_batch_size=per_device, **STEPS)
     trainer.train()
@@ -31,10 +31,6 @@ def _train(run_dir, per_device: int):
 
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
-    from test_trainer_helpers import tiny_tokenizer
-
-    from minimind_trl.trainer.callbacks import read_metrics
-
     tiny_tokenizer()  # build the fallback tokenizer once, before two processes race for it
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     torchrun = Path(sys.executable).with_name("torchrun")
@@ -57,7 +53,6 @@ def test_two_processes_match_one_process(tmp_path):
 
 
 def _main(run_dir: str) -> None:
-    sys.path.insert(0, str(HERE))
     torch.set_num_threads(1)
     trainer, grads = _train(run_dir, per_device=4)
     if trainer.accelerator.is_main_process:

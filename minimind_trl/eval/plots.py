@@ -3,7 +3,9 @@
 Training curves (:func:`plot_runs`) read ``metrics.jsonl`` of one or more run folders. Each record
 may carry ``step`` (x axis; the record's position when absent), ``rollout`` and ``update``
 (0..K-1, the replay update within a rollout). A figure is drawn only when at least one of its
-keys is present in some run; every matching key of every run becomes one line:
+keys is present in some run; every matching key of every run becomes one line. The groups and
+their key patterns are :data:`minimind_trl.metric_names.TRAINING_FIGURES` (built from the same
+names the trainer writes with; :func:`figure_keys` says which keys a run's figures draw):
 
     reward.png             reward_mean, reward_std, reward_min, reward_max, reward/<name>
     task_success.png       task_success*, success_rate*
@@ -15,7 +17,7 @@ keys is present in some run; every matching key of every run becomes one line:
     entropy.png            entropy (the policy's; not the router's)
     completion_length.png  *length*
     tool_calls.png         tool_* (e.g. tool_calls_per_trajectory)
-    aux_loss.png           aux_loss, moe/layer{i}/aux_loss          (MoE: the trainer's names,
+    aux_loss.png           aux_loss, moe/layer{i}/aux_loss          (MoE router figures:
     router_load.png        moe/layer{i}/imbalance, moe/max_imbalance  minimind_trl.trainer.moe)
     router_entropy.png     moe/layer{i}/router_entropy
     router_flip.png        moe/flip_rate, moe/layer{i}/flip_rate
@@ -44,27 +46,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from minimind_trl.eval.errors import EvalError  # noqa: E402
 from minimind_trl.eval.files import read_jsonl  # noqa: E402
-
-FIGURES: list[tuple[str, str, re.Pattern]] = [
-    ("reward", "Reward", re.compile(r"^reward(_mean|_std|_min|_max)?$|^rewards?/")),
-    ("task_success", "Task success", re.compile(r"^(task_success|success_rate)")),
-    ("ratio", "Importance ratio", re.compile(r"^ratio_(mean|min|max)$")),
-    ("clip_fraction", "Clip fraction", re.compile(r"^clip_fraction")),
-    ("kl", "KL to reference", re.compile(r"^kl(_.*)?$")),
-    ("grad_norm", "Gradient norm", re.compile(r"^grad_norm$")),
-    ("loss", "Loss", re.compile(r"^loss$|^(?!moe/)(?!aux_loss$).*_loss$")),
-    ("entropy", "Entropy", re.compile(r"^(?!moe/).*entropy")),
-    ("completion_length", "Response length (tokens)", re.compile(r"length")),
-    ("tool_calls", "Tool calls", re.compile(r"^tool_")),
-    ("aux_loss", "MoE aux loss (unweighted)", re.compile(r"^aux_loss$|^moe/layer\d+/aux_loss$")),
-    ("router_load", "MoE router load imbalance (max / mean load)",
-     re.compile(r"^moe/(layer\d+/imbalance|max_imbalance)$")),
-    ("router_entropy", "MoE router entropy (nats)", re.compile(r"^moe/layer\d+/router_entropy$")),
-    ("router_flip", "MoE routing flip rate (old pass vs update)", re.compile(r"^moe/(layer\d+/)?flip_rate$")),
-    ("learning_rate", "Learning rate", re.compile(r"^(lr|learning_rate)$")),
-]
-_BY_UPDATE = re.compile(r"^ratio_(mean|min|max)$|^clip_fraction")
-_INDEX_KEYS = {"step", "rollout", "update", "epoch"}
+from minimind_trl.metric_names import (  # noqa: E402
+    BY_UPDATE_PATTERN,
+    BY_UPDATE_RATIO_PREFIX,
+    INDEX_KEYS,
+    STEP,
+    TRAINING_FIGURES,
+    UPDATE,
+)
 
 
 def _save(fig, path: Path) -> Path:
@@ -105,9 +94,21 @@ def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for i, r in enumerate(rows):
         if _is_number(r.get(key)):
-            xs.append(r["step"] if _is_number(r.get("step")) else i)
+            xs.append(r[STEP] if _is_number(r.get(STEP)) else i)
             ys.append(float(r[key]))
     return xs, ys
+
+
+def plottable_keys(rows: list[dict]) -> list[str]:
+    """Sorted keys holding a finite number in some record, index keys (step, update, ...) left out."""
+    return sorted({k for r in rows for k, v in r.items() if _is_number(v)} - INDEX_KEYS)
+
+
+def figure_keys(rows: list[dict]) -> dict[str, list[str]]:
+    """For one run's records: figure stem -> the keys :func:`plot_runs` draws in it (figures with
+    at least one key only; ``by_update`` not included)."""
+    keys = plottable_keys(rows)
+    return {group.stem: selected for group in TRAINING_FIGURES if (selected := group.select(keys))}
 
 
 def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -> list[Path]:
@@ -115,12 +116,13 @@ def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathL
     runs = [load_run_metrics(p) for p in run_paths]
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    keys_by_run = [sorted({k for r in rows for k, v in r.items() if _is_number(v)} - _INDEX_KEYS) for _, rows in runs]
+    keys_by_run = [plottable_keys(rows) for _, rows in runs]
     written = []
-    for stem, title, pattern in FIGURES:
-        lines = [(label, rows, k) for (label, rows), keys in zip(runs, keys_by_run) for k in keys if pattern.search(k)]
+    for group in TRAINING_FIGURES:
+        lines = [(label, rows, k) for (label, rows), keys in zip(runs, keys_by_run) for k in group.select(keys)]
         if not lines:
             continue
+        stem, title = group.stem, group.title
         fig, ax = plt.subplots(figsize=(7, 4))
         for label, rows, key in lines:
             xs, ys = _series(rows, key)
@@ -133,7 +135,8 @@ def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathL
     if by_update:
         written.append(by_update)
     if not written:
-        raise EvalError("no plottable keys in the given metrics.jsonl files (see the minimind_trl.eval.plots docstring)")
+        raise EvalError("no plottable keys in the given metrics.jsonl files "
+                        "(see the minimind_trl.eval.plots docstring)")
     return written
 
 
@@ -142,14 +145,14 @@ def _plot_by_update(runs, keys_by_run, out: Path) -> Path | None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     drawn = False
     for (label, rows), keys in zip(runs, keys_by_run):
-        for key in (k for k in keys if _BY_UPDATE.search(k)):
+        for key in (k for k in keys if BY_UPDATE_PATTERN.search(k)):
             groups: dict[int, list[float]] = {}
             for r in rows:
-                if _is_number(r.get("update")) and _is_number(r.get(key)):
-                    groups.setdefault(int(r["update"]), []).append(float(r[key]))
+                if _is_number(r.get(UPDATE)) and _is_number(r.get(key)):
+                    groups.setdefault(int(r[UPDATE]), []).append(float(r[key]))
             if groups:
                 ks = sorted(groups)
-                ax = axes[0] if key.startswith("ratio") else axes[1]
+                ax = axes[0] if key.startswith(BY_UPDATE_RATIO_PREFIX) else axes[1]
                 ax.plot(ks, [sum(groups[k]) / len(groups[k]) for k in ks], marker="o",
                         label=f"{label}: {key}" if len(runs) > 1 else key)
                 drawn = True

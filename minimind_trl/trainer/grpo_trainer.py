@@ -15,31 +15,30 @@ What is overridden, and why (TRL 1.16):
 * ``_prepare_inputs``: when TRL has just generated and split a rollout, freezes the old
   log-probs micro-batch by micro-batch, with exactly the forward call, rows, padding and dtype the
   update pass will use, so update 0's ratio is exactly 1 (not only on CPU).
-* ``_compute_loss``: :func:`minimind_trl.objectives.compute_policy_loss`, weighted so that the
-  gradient of an optimizer step does not depend on how the rollout is split (see "Weighting").
+* ``_compute_loss``: wires the micro-batch into :func:`minimind_trl.objectives.compute_weighted_loss`
+  (policy term, KL term and the split-invariant weighting live there; see "Weighting").
 * ``_get_per_token_logps_and_entropies`` (TRL's one log-prob function, also used for the
   reference model): with ``prefix_sharing`` the prefix-shared pass of
   :mod:`minimind_trl.trainer.policy_pass`, which the replay and the updates use as well.
 * ``_get_grad_norm``: closes the step: reduces its figures over processes, stops the run on a
   non-finite loss or gradient (before ``optimizer.step``).
-* ``log``: adds the step record to the logs (reporters) and exposes it to the metrics callback.
+* ``log``: adds the step record to the logs (reporters) and pushes it into the step recorder
+  (:class:`minimind_trl.trainer.recorder.StepRecorder`, ``metrics.jsonl``; keys:
+  :mod:`minimind_trl.metric_names`). ``train`` closes the recorder.
 * ``_save_checkpoint`` / ``_get_output_dir`` / ``_load_optimizer_and_scheduler``: atomic
   checkpoints holding the rollout buffer (:mod:`minimind_trl.trainer.checkpoints`).
 
 Weighting (split invariance). Per rollout, over all processes: ``R`` rows with at least one action
-token and ``N`` action tokens. A micro-batch with ``r`` valid rows, ``n`` action tokens, policy
-loss ``p`` (the objective's mean over its own rows, or tokens for ``token_mean``) and KL token
-mean ``k`` contributes ``W * (p * r / R + beta * k * n / N)`` (``W`` = number of processes, since
-DDP averages gradients). Summed over micro-batches and averaged over processes this is exactly
-the objective's mean over the whole rollout (``token_mean``: ``p * n / N``), whatever the
-per-device batch size, accumulation steps, process count or a shorter last window. The MoE aux
-loss (batch statistics, not split-invariant by nature) enters as its row-weighted mean.
+token and ``N`` action tokens, counted once in ``_generate_and_score_completions`` and carried by
+every micro-batch; :func:`minimind_trl.objectives.compute_weighted_loss` turns a micro-batch's
+policy loss ``p`` and KL token mean ``k`` into ``W * (p * r / R + beta * k * n / N)`` (formula,
+shapes and proof there), whatever the per-device batch size, accumulation steps, process count or
+a shorter last window.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import time
@@ -52,8 +51,49 @@ from trl.trainer.utils import split_tensor_dict
 
 from minimind_trl.envs.environment import ToolEnvironmentMixin, is_error_observation
 from minimind_trl.envs.generation import Sampling, TurnCache, generate_turns
-from minimind_trl.objectives import PolicyBatch, compute_advantages, compute_policy_loss, k3_kl, reduce_loss
-from minimind_trl.trainer.callbacks import DiagnosticsCallback
+from minimind_trl.metric_names import (
+    ACTION_TOKENS_MEAN,
+    AUX_LOSS,
+    COMPLETION_TOKENS_MAX,
+    COMPLETION_TOKENS_MEAN,
+    ENTROPY,
+    GENERATION_TOKENS_PER_SECOND,
+    GRAD_NORM,
+    KL,
+    LEARNING_RATE,
+    LOSS,
+    MAX_ABS_LOG_RATIO,
+    MAX_SUFFIX,
+    MIN_SUFFIX,
+    NONFINITE_LOSS,
+    NUM_ACTION_TOKENS,
+    NUM_VALID_ROWS,
+    OLD_LOGP_SECONDS,
+    POLICY_LOSS,
+    REWARD_MEAN,
+    REWARD_STD,
+    ROLLOUT,
+    ROLLOUT_ACTION_TOKENS,
+    ROLLOUT_GENERATED_TOKENS,
+    ROLLOUT_SECONDS,
+    ROLLOUT_VALID_ROWS,
+    ROW_WEIGHTED_PREFIXES,
+    STEP,
+    TIMING_KEYS,
+    TOOL_CALLS_PER_TRAJECTORY,
+    TOOL_FAILURES_PER_TRAJECTORY,
+    TOOL_MALFORMED_PER_TRAJECTORY,
+    TOOL_VALID_PER_TRAJECTORY,
+    TRUNCATION_RATE,
+    UPDATE,
+    UPDATE_SECONDS,
+    UPDATE_TOKENS_PER_SECOND,
+    ZERO_STD_GROUP_FRACTION,
+    is_router_count_key,
+    reward_func_mean_key,
+    reward_func_std_key,
+)
+from minimind_trl.objectives import PolicyBatch, RolloutTotals, compute_advantages, compute_weighted_loss
 from minimind_trl.trainer.checkpoints import AtomicCheckpointMixin
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
@@ -63,10 +103,16 @@ from minimind_trl.trainer.policy_pass import (
     supports_shared_forward,
     use_minimind_aux_loss,
 )
+from minimind_trl.trainer.recorder import StepRecorder
 from minimind_trl.trainer.stats import StepAccumulator
 
-_ROW_WEIGHTED = ("seq_ratio", "gspo_seq")  # per-sequence metrics of the objectives module
-_TIMING_KEYS = ("rollout_seconds", "old_logp_seconds", "update_seconds")
+# Rollout-wide counts every training micro-batch carries (batch fields; the first two are also
+# written to the record under the same names). Stored in checkpointed rollout buffers: keep them.
+_VALID_ROWS_FIELD = ROLLOUT_VALID_ROWS
+_ACTION_TOKENS_FIELD = ROLLOUT_ACTION_TOKENS
+_LOCAL_ROWS_FIELD = "rollout_local_rows"
+# Objective metrics the micro-batch record handles itself (weighted sums, not means).
+_SUMMED_OBJECTIVE_METRICS = (LOSS, POLICY_LOSS, KL, NUM_ACTION_TOKENS, NUM_VALID_ROWS)
 
 
 class NonFiniteError(RuntimeError):
@@ -120,8 +166,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     """GRPOTrainer running a :class:`~minimind_trl.objectives.ObjectiveConfig` (see module docstring).
 
     Takes the same arguments as ``trl.GRPOTrainer``; ``args`` must be a :class:`MiniMindGRPOConfig`.
-    After each optimizer step ``last_record`` holds the step's diagnostics, which the built-in
-    :class:`DiagnosticsCallback` appends to ``output_dir/metrics.jsonl``.
+    After each optimizer step ``last_record`` holds the step's diagnostics, which the trainer
+    pushes into ``step_recorder`` (``output_dir/metrics.jsonl``, main process only).
     """
 
     loss_is_scaled_for_ga = True  # _compute_loss applies the whole weighting itself
@@ -132,12 +178,11 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(config).__name__}")
         super().__init__(*args, **kwargs)
         self.objective = self.args.objective_config()
-        self._policy_objective = dataclasses.replace(self.objective, beta=0.0)  # KL is weighted apart
         self.router_recorder = RouterRecorder.for_model(self.model) if self.args.moe_diagnostics else None
         self._setup_policy_passes()
         self._step_stats = StepAccumulator()
         self._rollout_stats: dict[str, Any] = {}
-        self._timings = dict.fromkeys(_TIMING_KEYS, 0.0)
+        self._timings = dict.fromkeys(TIMING_KEYS, 0.0)
         self._update_tokens = 0.0
         self._nonfinite: list[str] = []
         self._pending: dict[str, float] | None = None
@@ -146,8 +191,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self._turn_prompts: list[list[int]] | None = None  # this rollout's prompts (minimind engine)
         self._turn_cache: TurnCache | None = None  # finished rows' keys/values, for their next turn
         self.last_record: dict[str, Any] | None = None
-        self.diagnostics = DiagnosticsCallback(self, os.path.join(self.args.output_dir, self.args.metrics_file))
-        self.add_callback(self.diagnostics)
+        self.step_recorder = StepRecorder(os.path.join(self.args.output_dir, self.args.metrics_file))
+        self.diagnostics = self.step_recorder  # re-export: importers move in the final pass (run.py closes it)
 
     def _setup_policy_passes(self) -> None:
         """MiniMind's aux loss in TRL's fused pass; the prefix-shared pass on policy and reference."""
@@ -262,10 +307,10 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         mask = output["completion_mask"] * output.get("tool_mask", 1)  # [B, C] action tokens
         counts = torch.stack([(mask.sum(dim=1) > 0).sum(), mask.sum()]).float()
         counts = self.accelerator.reduce(counts, reduction="sum") if self.accelerator.num_processes > 1 else counts
-        output["rollout_valid_rows"], output["rollout_action_tokens"] = counts[0], counts[1]
-        output["rollout_local_rows"] = torch.tensor(float(local), device=counts.device)
+        output[_VALID_ROWS_FIELD], output[_ACTION_TOKENS_FIELD] = counts[0], counts[1]
+        output[_LOCAL_ROWS_FIELD] = torch.tensor(float(local), device=counts.device)
         self._rollout_stats = self._describe_rollout(output, rewards_per_func, rewards, mask, counts)
-        self._timings["rollout_seconds"] += time.perf_counter() - start
+        self._timings[ROLLOUT_SECONDS] += time.perf_counter() - start
         return output
 
     def _describe_rollout(self, output, rewards_per_func, rewards, mask, counts) -> dict[str, Any]:
@@ -280,28 +325,28 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         per_row = self.accelerator.gather(torch.cat([per_row, tools], dim=1))  # [N, 6]
         grouped = rewards.view(-1, self.num_generations)
         stats: dict[str, Any] = {
-            "reward_mean": rewards.mean().item(),
-            "reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
-            "zero_std_group_fraction": (grouped == grouped[:, :1]).all(dim=1).float().mean().item(),
+            REWARD_MEAN: rewards.mean().item(),
+            REWARD_STD: rewards.std().item() if rewards.numel() > 1 else 0.0,
+            ZERO_STD_GROUP_FRACTION: (grouped == grouped[:, :1]).all(dim=1).float().mean().item(),
         }
         for i, name in enumerate(self.reward_func_names):
             column = rewards_per_func[:, i]
-            stats[f"reward/{name}_mean"] = column.mean().item()
-            stats[f"reward/{name}_std"] = column.std().item() if column.numel() > 1 else 0.0
+            stats[reward_func_mean_key(name)] = column.mean().item()
+            stats[reward_func_std_key(name)] = column.std().item() if column.numel() > 1 else 0.0
         calls, failures = per_row[:, 3], per_row[:, 4]
         stats.update(
             {
-                "completion_tokens_mean": per_row[:, 0].mean().item(),
-                "completion_tokens_max": per_row[:, 0].max().item(),
-                "action_tokens_mean": per_row[:, 1].mean().item(),
-                "truncation_rate": per_row[:, 2].mean().item(),
-                "tool_calls_per_trajectory": calls.mean().item(),
-                "tool_valid_per_trajectory": (calls - failures).mean().item(),
-                "tool_failures_per_trajectory": failures.mean().item(),
-                "tool_malformed_per_trajectory": per_row[:, 5].mean().item(),
-                "rollout_valid_rows": counts[0].item(),
-                "rollout_action_tokens": counts[1].item(),
-                "rollout_generated_tokens": per_row[:, 0].sum().item(),
+                COMPLETION_TOKENS_MEAN: per_row[:, 0].mean().item(),
+                COMPLETION_TOKENS_MAX: per_row[:, 0].max().item(),
+                ACTION_TOKENS_MEAN: per_row[:, 1].mean().item(),
+                TRUNCATION_RATE: per_row[:, 2].mean().item(),
+                TOOL_CALLS_PER_TRAJECTORY: calls.mean().item(),
+                TOOL_VALID_PER_TRAJECTORY: (calls - failures).mean().item(),
+                TOOL_FAILURES_PER_TRAJECTORY: failures.mean().item(),
+                TOOL_MALFORMED_PER_TRAJECTORY: per_row[:, 5].mean().item(),
+                ROLLOUT_VALID_ROWS: counts[0].item(),
+                ROLLOUT_ACTION_TOKENS: counts[1].item(),
+                ROLLOUT_GENERATED_TOKENS: per_row[:, 0].sum().item(),
             }
         )
         return stats
@@ -330,7 +375,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 batch["old_per_token_logps"] = logps
                 if router is not None:
                     batch["old_router_topk"] = router
-        self._timings["old_logp_seconds"] += time.perf_counter() - start
+        self._timings[OLD_LOGP_SECONDS] += time.perf_counter() - start
 
     # ------------------------------------------------------------------ update
 
@@ -416,74 +461,61 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
 
     def _compute_loss(self, model, inputs):
+        """Forward pass, then :func:`~minimind_trl.objectives.compute_weighted_loss` (see "Weighting")."""
         mask = self._action_mask(inputs).bool()  # [B, C]
         logps, entropies, aux, router = self._policy_forward(model, inputs)
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
-        ref = inputs.get("ref_per_token_logps")
-        out = compute_policy_loss(PolicyBatch(logps, old, inputs["advantages"], mask, ref), self._policy_objective)
-        rows, tokens = out.metrics["num_valid_rows"], out.metrics["num_action_tokens"]
-
-        world = float(self.accelerator.num_processes)
-        if "rollout_valid_rows" in inputs:  # training: rollout-wide weights
-            total_rows = float(inputs["rollout_valid_rows"].clamp(min=1))
-            total_tokens = float(inputs["rollout_action_tokens"].clamp(min=1))
-            row_share = mask.size(0) / float(inputs["rollout_local_rows"])
-        else:  # evaluation: this batch alone
-            total_rows, total_tokens, row_share, world = max(rows, 1.0), max(tokens, 1.0), 1.0, 1.0
-        share = tokens / total_tokens if self.objective.reduction == "token_mean" else rows / total_rows
-        loss = out.loss * (share * world)
-        kl_part = torch.zeros((), device=logps.device)
-        if self.objective.beta > 0:
-            zero = torch.zeros((), device=logps.device)
-            masked_logps, masked_ref = torch.where(mask, logps.float(), zero), torch.where(mask, ref.float(), zero)
-            kl_mean = reduce_loss(k3_kl(masked_logps, masked_ref), mask, "token_mean")
-            kl_part = kl_mean * (tokens / total_tokens)
-            loss = loss + self.objective.beta * kl_part * world
-        if aux is not None:
-            loss = loss + self.router_aux_loss_coef * aux * row_share
-
+        batch = PolicyBatch(logps, old, inputs["advantages"], mask, inputs.get("ref_per_token_logps"))
+        totals = None  # evaluation: this batch alone
+        if _VALID_ROWS_FIELD in inputs:  # training: rollout-wide weights
+            totals = RolloutTotals(
+                valid_rows=float(inputs[_VALID_ROWS_FIELD]), action_tokens=float(inputs[_ACTION_TOKENS_FIELD]),
+                local_rows=float(inputs[_LOCAL_ROWS_FIELD]), world_size=self.accelerator.num_processes,
+            )
+        weighted = compute_weighted_loss(batch, self.objective, totals, aux, self.router_aux_loss_coef)
         if self.model.training:
-            self._record_micro_batch(loss, out, kl_part, entropies, mask, aux, router, share, world)
+            self._record_micro_batch(weighted, entropies, mask, aux, router)
         self._update_tokens += float(torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1).sum())
-        return loss
+        return weighted.loss
 
-    def _record_micro_batch(self, loss, out, kl_part, entropies, mask, aux, router, share, world) -> None:
-        stats, metrics = self._step_stats, out.metrics
-        rows, tokens = metrics["num_valid_rows"], metrics["num_action_tokens"]
+    def _record_micro_batch(self, weighted, entropies, mask, aux, router) -> None:
+        stats, metrics = self._step_stats, weighted.policy.metrics
+        loss, share, world = weighted.loss, weighted.share, weighted.world_size
+        rows, tokens = metrics[NUM_VALID_ROWS], metrics[NUM_ACTION_TOKENS]
         finite = bool(torch.isfinite(loss.detach()))
         if not finite:
             self._nonfinite.append(
-                f"loss={loss.item()} (policy_loss={metrics['policy_loss']}, max_abs_log_ratio="
-                f"{metrics['max_abs_log_ratio']}, aux={None if aux is None else float(aux)})"
+                f"loss={loss.item()} (policy_loss={metrics[POLICY_LOSS]}, max_abs_log_ratio="
+                f"{metrics[MAX_ABS_LOG_RATIO]}, aux={None if aux is None else float(aux)})"
             )
-        stats.add_max("nonfinite_loss", 0.0 if finite else 1.0)
-        stats.add_sum("loss", loss.detach() / world)
-        stats.add_sum("policy_loss", metrics["policy_loss"] * share)
-        stats.add_sum("kl", kl_part.detach())
-        stats.add_sum("num_action_tokens", tokens)
-        stats.add_mean("entropy", (entropies.detach() * mask).sum() / max(tokens, 1.0), tokens)
+        stats.add_max(NONFINITE_LOSS, 0.0 if finite else 1.0)
+        stats.add_sum(LOSS, loss.detach() / world)
+        stats.add_sum(POLICY_LOSS, metrics[POLICY_LOSS] * share)
+        stats.add_sum(KL, weighted.kl)
+        stats.add_sum(NUM_ACTION_TOKENS, tokens)
+        stats.add_mean(ENTROPY, (entropies.detach() * mask).sum() / max(tokens, 1.0), tokens)
         for name, value in metrics.items():
-            if name in ("loss", "policy_loss", "kl", "num_action_tokens", "num_valid_rows"):
+            if name in _SUMMED_OBJECTIVE_METRICS:
                 continue
-            if name.endswith("_min"):
+            if name.endswith(MIN_SUFFIX):
                 stats.add_min(name, value)
-            elif name.endswith("_max") or name == "max_abs_log_ratio":
+            elif name.endswith(MAX_SUFFIX) or name == MAX_ABS_LOG_RATIO:
                 stats.add_max(name, value)
             else:
-                stats.add_mean(name, value, rows if name.startswith(_ROW_WEIGHTED) else tokens)
+                stats.add_mean(name, value, rows if name.startswith(ROW_WEIGHTED_PREFIXES) else tokens)
         if aux is not None:
-            stats.add_mean("aux_loss", aux.detach(), mask.size(0))
+            stats.add_mean(AUX_LOSS, aux.detach(), mask.size(0))
         for name, value in (router or {}).items():
             stats.add_sum(name, value)
 
     def training_step(self, model, inputs, num_items_in_batch):
-        before = self._timings["rollout_seconds"] + self._timings["old_logp_seconds"]
+        before = self._timings[ROLLOUT_SECONDS] + self._timings[OLD_LOGP_SECONDS]
         start = time.perf_counter()
         loss = super().training_step(model, inputs, num_items_in_batch)
         elapsed = time.perf_counter() - start
-        spent_on_rollout = self._timings["rollout_seconds"] + self._timings["old_logp_seconds"] - before
-        self._timings["update_seconds"] += elapsed - spent_on_rollout
+        spent_on_rollout = self._timings[ROLLOUT_SECONDS] + self._timings[OLD_LOGP_SECONDS] - before
+        self._timings[UPDATE_SECONDS] += elapsed - spent_on_rollout
         return loss
 
     def _get_grad_norm(self, model, grad_norm=None):
@@ -497,48 +529,58 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         figures = self._step_stats.reduce(self.accelerator)
         self._step_stats = StepAccumulator()
         step = self.state.global_step + 1
-        loss_bad = figures.pop("nonfinite_loss", 0.0) > 0
+        loss_bad = figures.pop(NONFINITE_LOSS, 0.0) > 0
         if loss_bad or (grad_norm is not None and not math.isfinite(grad_norm)):
             detail = "; ".join(self._nonfinite) or (
-                "the loss was non-finite on another process" if loss_bad else "every loss was finite, the gradient was not"
+                "the loss was non-finite on another process" if loss_bad
+                else "every loss was finite, the gradient was not"
             )
             raise NonFiniteError(
                 f"non-finite loss or gradient at step {step} (grad_norm={grad_norm}): {detail}. "
                 "The optimizer step was not taken."
             )
-        moe = {k: figures.pop(k) for k in list(figures) if k.startswith("moe.")}
+        moe = {k: figures.pop(k) for k in list(figures) if is_router_count_key(k)}
         if moe and self.router_recorder is not None:
             figures.update(finalize_counts(moe, self.router_recorder.num_experts))
-        figures["grad_norm"] = grad_norm
+        figures[GRAD_NORM] = grad_norm
         self._nonfinite.clear()
         self._pending = figures
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and "loss" in logs and self._pending is not None:
+        if self.model.training and LOSS in logs and self._pending is not None:
             self.last_record = self._build_record(logs)
-            logs.update({k: v for k, v in self.last_record.items() if isinstance(v, (int, float)) and k != "step"})
+            if self.state.is_world_process_zero:
+                self.step_recorder.record(self.last_record)
+            logs.update({k: v for k, v in self.last_record.items() if isinstance(v, (int, float)) and k != STEP})
         super().log(logs, start_time)
+
+    def train(self, *args, **kwargs):
+        """TRL's ``train``; the step recorder is flushed and fsynced when it returns or raises."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.step_recorder.close()
 
     def _build_record(self, logs: dict[str, float]) -> dict[str, Any]:
         """One metrics.jsonl row: step, rollout, update, the step's figures, the rollout's, timings."""
         index = self.state.global_step - 1
         figures, self._pending = self._pending, None
         record: dict[str, Any] = {
-            "step": self.state.global_step,
-            "rollout": index // self.num_iterations,
-            "update": index % self.num_iterations,
-            "learning_rate": logs.get("learning_rate"),
+            STEP: self.state.global_step,
+            ROLLOUT: index // self.num_iterations,
+            UPDATE: index % self.num_iterations,
+            LEARNING_RATE: logs.get(LEARNING_RATE),
         }
         record.update(figures)
         record.update(self._rollout_stats)
-        timings, self._timings = self._timings, dict.fromkeys(_TIMING_KEYS, 0.0)
+        timings, self._timings = self._timings, dict.fromkeys(TIMING_KEYS, 0.0)
         record.update(timings)
         update_tokens = self._update_tokens * self.accelerator.num_processes
         self._update_tokens = 0.0
-        record["update_tokens_per_second"] = update_tokens / max(timings["update_seconds"], 1e-9)
-        rollout_time = timings["rollout_seconds"]
-        generated = self._rollout_stats.get("rollout_generated_tokens", 0.0)
-        record["generation_tokens_per_second"] = generated / rollout_time if rollout_time > 0 else None
+        record[UPDATE_TOKENS_PER_SECOND] = update_tokens / max(timings[UPDATE_SECONDS], 1e-9)
+        rollout_time = timings[ROLLOUT_SECONDS]
+        generated = self._rollout_stats.get(ROLLOUT_GENERATED_TOKENS, 0.0)
+        record[GENERATION_TOKENS_PER_SECOND] = generated / rollout_time if rollout_time > 0 else None
         return record
 
     def save_state_after_failure(self) -> str:

@@ -13,6 +13,9 @@ Per layer, over the attended tokens of the update pass (what the aux loss sees):
 * ``aux``       E * sum_e assign_e / tokens * mean_tokens(p_e) (upstream formula without its coef)
 * ``flip_rate`` over action-scoring positions (the positions whose hidden state scores an action
   token): share whose top-k expert set differs between the old-log-prob pass and the update pass.
+
+The record keys (``moe/layer{i}/imbalance``, ...) and the names of the summable counts
+(``moe.{i}.tokens``, ...) are built by :mod:`minimind_trl.metric_names`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,26 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
+
+from minimind_trl.metric_names import (
+    COUNT_ASSIGN,
+    COUNT_ENTROPY_SUM,
+    COUNT_FLIP_TOKENS,
+    COUNT_FLIPS,
+    COUNT_PROB_SUM,
+    COUNT_TOKENS,
+    MOE_ALL_FLIP_RATE,
+    MOE_AUX_LOSS,
+    MOE_FLIP_RATE,
+    MOE_IMBALANCE,
+    MOE_LOAD,
+    MOE_MAX_IMBALANCE,
+    MOE_ROUTER_ENTROPY,
+    is_router_count_key,
+    moe_layer_key,
+    router_count_key,
+    router_count_layer,
+)
 
 
 def _router_spec(model: nn.Module) -> tuple[type, int] | None:
@@ -110,49 +133,49 @@ class RouterRecorder:
             assign = torch.bincount(chosen.reshape(-1), weights=slot_weights, minlength=self.num_experts)  # [E]
             prob_sum = (probs.double() * weights[:, None]).sum(dim=0)  # [E]
             entropy = -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)  # [N]
-            prefix = f"moe.{layer}."
-            out[prefix + "tokens"] = weights.sum()
-            out[prefix + "entropy_sum"] = (entropy.double() * weights).sum()
+            out[router_count_key(layer, COUNT_TOKENS)] = weights.sum()
+            out[router_count_key(layer, COUNT_ENTROPY_SUM)] = (entropy.double() * weights).sum()
             for e in range(self.num_experts):
-                out[f"{prefix}assign.{e}"] = assign[e]
-                out[f"{prefix}prob_sum.{e}"] = prob_sum[e]
+                out[router_count_key(layer, COUNT_ASSIGN, e)] = assign[e]
+                out[router_count_key(layer, COUNT_PROB_SUM, e)] = prob_sum[e]
             if new_topk is not None:
                 differs = (new_topk[layer] != old_topk[layer].to(new_topk.device)).any(dim=-1)  # [B, L]
-                out[prefix + "flips"] = (differs.double() * action_weights.double()).sum()
-                out[prefix + "flip_tokens"] = action_weights.double().sum()
+                out[router_count_key(layer, COUNT_FLIPS)] = (differs.double() * action_weights.double()).sum()
+                out[router_count_key(layer, COUNT_FLIP_TOKENS)] = action_weights.double().sum()
         return out
 
 
 def finalize_counts(sums: dict[str, float], num_experts: int) -> dict[str, object]:
     """Per-layer figures from counts summed over micro-batches and processes.
 
-    Returns keys ``moe/layer{i}/load`` (list of E floats), ``.../imbalance``, ``.../router_entropy``,
-    ``.../aux_loss`` and, when an old pass exists, ``.../flip_rate``; plus ``moe/flip_rate`` (all
-    layers) and ``moe/max_imbalance``.
+    Returns, per layer ``i``, :func:`~minimind_trl.metric_names.moe_layer_key` ``(i, figure)`` for
+    ``load`` (list of E floats), ``imbalance``, ``router_entropy``, ``aux_loss`` and, when an old
+    pass exists, ``flip_rate``; plus ``moe/flip_rate`` (all layers) and ``moe/max_imbalance``.
     """
-    layers = sorted({int(k.split(".")[1]) for k in sums if k.startswith("moe.")})
+    layers = sorted({router_count_layer(k) for k in sums if is_router_count_key(k)})
     out: dict[str, object] = {}
     flips = flip_tokens = 0.0
     imbalances = []
     for layer in layers:
-        p = f"moe.{layer}."
-        tokens = max(sums[p + "tokens"], 1.0)
-        assign = [sums[f"{p}assign.{e}"] for e in range(num_experts)]
+        tokens = max(sums[router_count_key(layer, COUNT_TOKENS)], 1.0)
+        assign = [sums[router_count_key(layer, COUNT_ASSIGN, e)] for e in range(num_experts)]
         total = max(sum(assign), 1.0)
         load = [a / total for a in assign]
-        mean_prob = [sums[f"{p}prob_sum.{e}"] / tokens for e in range(num_experts)]
-        q = f"moe/layer{layer}/"
-        out[q + "load"] = load
-        out[q + "imbalance"] = max(load) * num_experts
-        out[q + "router_entropy"] = sums[p + "entropy_sum"] / tokens
-        out[q + "aux_loss"] = num_experts * sum(a / tokens * m for a, m in zip(assign, mean_prob))
-        imbalances.append(out[q + "imbalance"])
-        if p + "flips" in sums:
-            out[q + "flip_rate"] = sums[p + "flips"] / max(sums[p + "flip_tokens"], 1.0)
-            flips += sums[p + "flips"]
-            flip_tokens += sums[p + "flip_tokens"]
+        mean_prob = [sums[router_count_key(layer, COUNT_PROB_SUM, e)] / tokens for e in range(num_experts)]
+        imbalance = max(load) * num_experts
+        out[moe_layer_key(layer, MOE_LOAD)] = load
+        out[moe_layer_key(layer, MOE_IMBALANCE)] = imbalance
+        out[moe_layer_key(layer, MOE_ROUTER_ENTROPY)] = sums[router_count_key(layer, COUNT_ENTROPY_SUM)] / tokens
+        out[moe_layer_key(layer, MOE_AUX_LOSS)] = num_experts * sum(a / tokens * m for a, m in zip(assign, mean_prob))
+        imbalances.append(imbalance)
+        layer_flips = sums.get(router_count_key(layer, COUNT_FLIPS))
+        if layer_flips is not None:
+            layer_tokens = sums[router_count_key(layer, COUNT_FLIP_TOKENS)]
+            out[moe_layer_key(layer, MOE_FLIP_RATE)] = layer_flips / max(layer_tokens, 1.0)
+            flips += layer_flips
+            flip_tokens += layer_tokens
     if layers:
-        out["moe/max_imbalance"] = max(imbalances)
+        out[MOE_MAX_IMBALANCE] = max(imbalances)
     if flip_tokens:
-        out["moe/flip_rate"] = flips / flip_tokens
+        out[MOE_ALL_FLIP_RATE] = flips / flip_tokens
     return out
