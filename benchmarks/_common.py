@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
+
+from minimind_trl.modeling import MiniMindForCausalLM, count_parameters, get_preset
 
 REPO = Path(__file__).resolve().parent.parent
 PRESETS = ("tiny", "tiny-moe", "demo", "minimind-3", "minimind-3-moe")
@@ -273,8 +276,6 @@ def matmul_peak(device: torch.device, dtype: torch.dtype | None = None, size: in
 
 def fit_line(xs: Iterable[float], ys: Iterable[float]) -> dict[str, Any]:
     """Least-squares line (numpy.polyfit degree 1) and log-log exponent of ``ys`` against ``xs``."""
-    import numpy as np
-
     x = np.asarray(list(xs), dtype=float)
     y = np.asarray(list(ys), dtype=float)
     if len(x) < 2 or len(set(x.tolist())) < 2:
@@ -292,8 +293,6 @@ def fit_line(xs: Iterable[float], ys: Iterable[float]) -> dict[str, Any]:
 
 def build_model(preset: str, device: torch.device, dtype: torch.dtype, seed: int = 0, **overrides: Any):
     """A random-weight MiniMind of ``preset`` on ``device`` in ``dtype`` (eval mode)."""
-    from minimind_trl.modeling import MiniMindForCausalLM, count_parameters, get_preset
-
     torch.manual_seed(seed)
     config = get_preset(preset, **overrides)
     model = MiniMindForCausalLM(config).to(device=device, dtype=dtype)

@@ -44,8 +44,22 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import importlib.metadata  # noqa: E402
+import importlib.util  # noqa: E402
+
+import mfu  # noqa: E402
+import policy_pass  # noqa: E402
+import rollout  # noqa: E402
+import step_breakdown  # noqa: E402
 import torch  # noqa: E402
+import update  # noqa: E402
 from _common import REPO, _jsonable, build_model, environment, print_table, print_targets  # noqa: E402
+from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available  # noqa: E402
+
+from minimind_trl.trainer import build  # noqa: E402
+from minimind_trl.trainer.callbacks import read_metrics  # noqa: E402
+from minimind_trl.trainer.config import MiniMindGRPOConfig  # noqa: E402
+from minimind_trl.trainer.recipe import SCHEMA  # noqa: E402
 
 SECTIONS = ("environment", "bf16_update0", "attention", "grpo_64m", "rollout", "update", "policy_pass", "mfu",
             "engines")
@@ -88,11 +102,6 @@ class Context:
 def grpo_run(ctx: Context, tag: str, steps: int, sets: list[str]) -> dict[str, Any]:
     """A GRPO run through ``step_breakdown.main`` (the ``minimind-trl train`` path) with the smoke
     recipe and ``sets``; returns its step breakdown, metrics records and the trainer's settings."""
-    import step_breakdown
-
-    from minimind_trl.trainer import build
-    from minimind_trl.trainer.callbacks import read_metrics
-
     run_dir = ctx.work / tag
     seen: dict[str, Any] = {}
     original = build.build_grpo_trainer
@@ -158,9 +167,6 @@ def part_grpo_64m(ctx: Context) -> dict[str, Any]:
 
 
 def part_engines(ctx: Context) -> dict[str, Any]:
-    from minimind_trl.trainer.config import MiniMindGRPOConfig
-    from minimind_trl.trainer.recipe import SCHEMA
-
     if "rollout_engine" not in {f.name for f in dataclasses.fields(MiniMindGRPOConfig)}:
         raise Unavailable("engine option not available")
     key = "rollout.engine" if "engine" in SCHEMA["rollout"] else "training.rollout_engine"
@@ -183,10 +189,6 @@ def part_engines(ctx: Context) -> dict[str, Any]:
 
 
 def part_attention(ctx: Context) -> dict[str, Any]:
-    import importlib.util
-
-    from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available
-
     preset, length = ("tiny", 64) if ctx.quick else ("minimind-3", 1024)
 
     def logits(dtype: torch.dtype, attn: str) -> torch.Tensor:
@@ -225,8 +227,6 @@ def without_environment(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def part_rollout(ctx: Context) -> dict[str, Any]:
-    import rollout
-
     settings = (["--batch-sizes", "2", "--samples-per-task", "1,2", "--num-tasks", "2", "--naive-tasks", "1",
                  "--max-new-tokens", "128", "--no-warmup"] if ctx.quick else
                 ["--batch-sizes", "32", "--samples-per-task", "1,8", "--naive-tasks", "8"])
@@ -241,8 +241,6 @@ def part_rollout(ctx: Context) -> dict[str, Any]:
 
 
 def part_update(ctx: Context) -> dict[str, Any]:
-    import update
-
     settings = (["--prompts", "2", "--group-size", "2", "--prompt-len", "8", "--completion-len", "8",
                  "--grid-completion-lens", "8,16", "--grid-group-sizes", "2", "--repeats", "1",
                  "--loss-min-time", "0.05"] if ctx.quick else
@@ -258,8 +256,6 @@ def part_update(ctx: Context) -> dict[str, Any]:
 
 
 def part_policy_pass(ctx: Context) -> dict[str, Any]:
-    import policy_pass
-
     if ctx.quick:
         return without_environment(policy_pass.main(["--quick", *ctx.flags()]))
     # the MoE size with real-minimind3's shapes, as one more workload of the script
@@ -270,8 +266,6 @@ def part_policy_pass(ctx: Context) -> dict[str, Any]:
 
 
 def part_mfu(ctx: Context) -> dict[str, Any]:
-    import mfu
-
     out = {}
     for preset in ctx.presets:
         argv = ["--preset", preset, "--repeats", "3", *(["--quick"] if ctx.quick else []), *ctx.flags()]
@@ -286,8 +280,6 @@ def part_mfu(ctx: Context) -> dict[str, Any]:
 
 
 def part_environment(ctx: Context) -> dict[str, Any]:
-    import importlib.metadata
-
     out = environment(ctx.device)
     for name in ("accelerate", "flash_attn", "kernels", "deepspeed", "peft", "datasets"):
         try:

@@ -29,7 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import rollout as bench  # noqa: E402
 import torch  # noqa: E402
+import update  # noqa: E402
 from _common import (  # noqa: E402
     DTYPES,
     PRESETS,
@@ -41,14 +43,16 @@ from _common import (  # noqa: E402
     setup,
     write_json,
 )
+from trl.trainer.utils import add_fused_lm_head  # noqa: E402
+
+from minimind_trl.data import generate_tasks  # noqa: E402
+from minimind_trl.envs.rollout import prompt_ids_for, task_messages  # noqa: E402
+from minimind_trl.envs.tools import default_registry  # noqa: E402
+from minimind_trl.objectives import ObjectiveConfig  # noqa: E402
+from minimind_trl.tokenization import load_tokenizer  # noqa: E402
 
 
 def measure_update(preset: str, device: torch.device, args: Any) -> dict[str, Any]:
-    import update
-    from trl.trainer.utils import add_fused_lm_head
-
-    from minimind_trl.objectives import ObjectiveConfig
-
     use_amp = device.type == "cuda" and not args.no_amp
     model, info = build_model(preset, device, torch.float32, seed=args.seed)
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))
@@ -73,13 +77,6 @@ def measure_update(preset: str, device: torch.device, args: Any) -> dict[str, An
 
 
 def measure_rollout(preset: str, device: torch.device, dtype: torch.dtype, args: Any) -> dict[str, Any]:
-    import rollout as bench
-
-    from minimind_trl.data import generate_tasks
-    from minimind_trl.envs.rollout import prompt_ids_for, task_messages
-    from minimind_trl.envs.tools import default_registry
-    from minimind_trl.tokenization import load_tokenizer
-
     tokenizer, registry = load_tokenizer(), default_registry()
     model, info = build_model(preset, device, dtype, seed=args.seed)
     tasks = generate_tasks(args.batch_size, args.seed)

@@ -49,6 +49,10 @@ from _common import (  # noqa: E402
     setup,
     write_json,
 )
+from trl.trainer.utils import add_fused_lm_head  # noqa: E402
+
+from minimind_trl.objectives import ObjectiveConfig, PolicyBatch, compute_advantages, compute_policy_loss  # noqa: E402
+from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward  # noqa: E402
 
 TARGET_DEMO_SPEEDUP = 2.5
 K = 4
@@ -64,8 +68,6 @@ WORKLOADS = {
 def make_batch(prompts: int, group: int, prompt_len: int, preamble: int, completion_len: int, vocab: int,
                device: torch.device, seed: int) -> dict[str, torch.Tensor]:
     """Shared preamble + distinct prompt tails; G completions per prompt of random lengths."""
-    from minimind_trl.objectives import compute_advantages
-
     g = torch.Generator().manual_seed(seed)
     rows = prompts * group
     head = torch.randint(21, vocab, (1, preamble), generator=g).expand(prompts, preamble)
@@ -94,19 +96,12 @@ def plain_logps(model: Any, batch: dict[str, torch.Tensor], amp: Any) -> torch.T
 
 
 def shared_logps(model: Any, batch: dict[str, torch.Tensor], amp: Any) -> torch.Tensor:
-    from minimind_trl.trainer.policy_pass import build_layout
-
     layout = build_layout(batch["prompt_ids"], batch["prompt_mask"], batch["completion_ids"], batch["completion_mask"])
     with amp():
         return model(prefix_layout=layout).log_probs
 
 
 def run_workload(name: str, args: Any, device: torch.device, dtype: torch.dtype, amp: Any) -> dict[str, Any]:
-    from trl.trainer.utils import add_fused_lm_head
-
-    from minimind_trl.objectives import ObjectiveConfig, PolicyBatch, compute_policy_loss
-    from minimind_trl.trainer.policy_pass import install_shared_forward
-
     preset, prompts, group, prompt_len, preamble, completion_len = WORKLOADS[name]
     if name == "real-minimind3" and device.type == "cpu":
         prompts = args.real_prompts

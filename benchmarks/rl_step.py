@@ -33,6 +33,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import step_breakdown  # noqa: E402
+import torch  # noqa: E402
 from _common import environment, print_table, print_targets, write_json  # noqa: E402
 
 CONFIGS = {
@@ -74,7 +76,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--output", default=None)
     parser.add_argument("--quick", action="store_true", help="the smoke recipe, 2 steps: checks that it runs")
     args = parser.parse_args(argv)
-    import step_breakdown
 
     names = [n for n in args.configs.split(",") if n]
     if args.quick:
@@ -126,8 +127,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def _cpu():
-    import torch
-
     return torch.device("cpu")
 
 

@@ -57,6 +57,14 @@ from _common import (  # noqa: E402
     write_json,
 )
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
+from trl.chat_template_utils import parse_response  # noqa: E402
+
+from minimind_trl.data import generate_tasks, gold_trajectory  # noqa: E402
+from minimind_trl.demo import TASK_FILTER  # noqa: E402
+from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class  # noqa: E402
+from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages, tool_turn_ids  # noqa: E402
+from minimind_trl.envs.tools import default_registry  # noqa: E402
+from minimind_trl.tokenization import load_tokenizer  # noqa: E402
 
 TARGET_BATCH = 32
 TARGET_SPEEDUP = 5.0
@@ -69,8 +77,6 @@ FILLER = ("let", "me", "work", "this", "out", "step", "by", "step", "and", "chec
 def turn_scripts(task: dict, registry: Any, tool_turns: int, filler_words: int) -> list[str]:
     """Texts of the ``tool_turns + 1`` model turns of a task: one reference call per tool turn
     (cycled), then the gold final answer. Each turn may start with ``filler_words`` words."""
-    from minimind_trl.data import gold_trajectory
-
     calls = json.loads(task["meta"]["calls"])
     answer = next(m["content"] for m in reversed(gold_trajectory(task, registry)["conversations"])
                   if m["role"] == "assistant" and m.get("content"))
@@ -197,11 +203,6 @@ def naive_rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: Any, 
     The token protocol is the one ``rollout`` documents (turn ends at eos; calls parsed by TRL's
     ``parse_response`` with the registry's schemas and run as TRL's loop runs them; tool turn ids
     from the chat template)."""
-    from trl.chat_template_utils import parse_response
-
-    from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
-    from minimind_trl.envs.rollout import prompt_ids_for, task_messages, tool_turn_ids
-
     run_tools = environment_tools(make_environment_class(registry)())
 
     config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
@@ -247,8 +248,6 @@ def run_case(kind: str, model: Any, tokenizer: Any, tasks: list[dict], samples: 
              device: torch.device, n_params: int, limit: int | None = None) -> tuple[dict[str, Any], list[list[int]]]:
     """One timed rollout of every task ``samples`` times (task-major): the batched ``rollout``, or
     the naive loop over the first ``limit`` of those trajectories."""
-    from minimind_trl.envs.rollout import rollout
-
     expanded = [t for t in range(len(tasks)) for _ in range(samples)][:limit]
     with ScriptedGenerate(model, tokenizer, prompts, scripts) as scripted, PeakMemory(device) as memory, \
             ForwardCounter(model, device) as counter:
@@ -330,11 +329,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.task_mix or not set(args.task_mix) <= {"all", "demo"}:
         raise SystemExit(f"--task-mix: give all and/or demo, not {','.join(args.task_mix)}")
 
-    from minimind_trl.data import generate_tasks
-    from minimind_trl.envs.rollout import prompt_ids_for, task_messages
-    from minimind_trl.envs.tools import default_registry
-    from minimind_trl.tokenization import load_tokenizer
-
     tokenizer = load_tokenizer()
     registry = default_registry()
     model, model_info = build_model(preset, device, dtype, seed=args.seed)
@@ -342,8 +336,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     eos = tokenizer.eos_token_id
 
     def workload(mix: str) -> tuple[list[dict], list[list[int]]]:
-        from minimind_trl.demo import TASK_FILTER
-
         tasks = generate_tasks(num_tasks, args.seed, **(TASK_FILTER if mix == "demo" else {}))
         return tasks, [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
 

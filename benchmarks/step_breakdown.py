@@ -41,7 +41,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
 from _common import REPO, PeakMemory, environment, print_table, print_targets, write_json  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+from minimind_trl.data import generate_tasks  # noqa: E402
+from minimind_trl.data.splits import prepare_splits  # noqa: E402
+from minimind_trl.trainer import build  # noqa: E402
+from minimind_trl.trainer.callbacks import read_metrics  # noqa: E402
+from minimind_trl.trainer.cli import train  # noqa: E402
+from minimind_trl.trainer.recipe import load_recipe, validate_recipe  # noqa: E402
 
 TARGET_TOLERANCE = 0.05
 TRAINER_FIELDS = ("rollout_seconds", "old_logp_seconds", "update_seconds")
@@ -73,9 +85,6 @@ def find_smoke_recipe() -> Path | None:
 
 def make_task_folder(folder: Path, num_tasks: int, seed: int) -> Path:
     """Generated agent-math tasks as a split folder (``train.jsonl`` ...) with a manifest."""
-    from minimind_trl.data import generate_tasks
-    from minimind_trl.data.splits import prepare_splits
-
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / "tasks.jsonl"
     with open(source, "w", encoding="utf-8") as handle:
@@ -93,10 +102,6 @@ def make_task_folder(folder: Path, num_tasks: int, seed: int) -> Path:
 
 def load(args: Any, work: Path) -> tuple[dict, dict[str, Any]]:
     """The resolved recipe and a note of where it came from and what was overridden."""
-    import yaml
-
-    from minimind_trl.trainer.recipe import load_recipe, validate_recipe
-
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"training.max_steps={args.steps}")
@@ -177,8 +182,6 @@ class StepClock:
         self.current = None
 
     def attach(self, trainer: Any) -> Any:
-        from transformers import TrainerCallback
-
         clock = self
         trainer.get_batch_samples = self._timed("data", trainer.get_batch_samples, opens=True)
         trainer._clip_grad_norm = self._timed("grad_norm", trainer._clip_grad_norm)
@@ -236,8 +239,6 @@ def breakdown(records: list[dict[str, Any]], clocked: list[dict[str, Any]]) -> l
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    import argparse
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--recipe", default=None, help="recipe YAML (default: recipes/*smoke*.yaml, else built-in)")
@@ -261,17 +262,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.overrides = ["rollout.max_completion_length=8", "rollout.group_size=2", "rollout.prompts_per_rollout=2",
                           "model.preset=tiny", *args.overrides]
 
-    import torch
-
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="step_breakdown_"))
     run_dir = Path(args.run_dir) if args.run_dir else work / "run"
     try:
         recipe, source = load(args, work)
-        from minimind_trl.trainer import build
-        from minimind_trl.trainer.callbacks import read_metrics
-        from minimind_trl.trainer.cli import train
 
         if recipe["kind"] != "grpo":
             raise SystemExit(f"step_breakdown: the recipe is of kind {recipe['kind']!r}; a GRPO recipe is needed")

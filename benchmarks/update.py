@@ -57,6 +57,10 @@ from _common import (  # noqa: E402
     setup,
     write_json,
 )
+from trl import GRPOTrainer  # noqa: E402
+from trl.trainer.utils import add_fused_lm_head  # noqa: E402
+
+from minimind_trl.objectives import ObjectiveConfig, PolicyBatch, compute_advantages, compute_policy_loss  # noqa: E402
 
 TARGET_LOSS_OVERHEAD = 0.05
 
@@ -67,8 +71,6 @@ TARGET_LOSS_OVERHEAD = 0.05
 def make_batch(prompts: int, group_size: int, prompt_len: int, completion_len: int, vocab: int,
                device: torch.device, seed: int) -> dict[str, torch.Tensor]:
     """Random prompt/completion ids (ids >= 21: no special tokens), full masks, z-score advantages."""
-    from minimind_trl.objectives import compute_advantages
-
     generator = torch.Generator().manual_seed(seed)
     rows = prompts * group_size
     prompt = torch.randint(21, vocab, (prompts, prompt_len), generator=generator).repeat_interleave(group_size, 0)
@@ -118,8 +120,6 @@ class _SingleProcess:
 def trl_stock_loss(model: Any, forward: Any, epsilon: float = 0.2) -> Any:
     """``f(inputs) -> loss``: ``trl.GRPOTrainer._compute_loss`` (loss_type grpo, token-level
     ratio, beta 0) on a stand-in trainer whose log-prob function is ``forward()``."""
-    from trl import GRPOTrainer
-
     fake = types.SimpleNamespace(
         model=model,
         accelerator=_SingleProcess(),
@@ -149,8 +149,6 @@ def trl_stock_loss(model: Any, forward: Any, epsilon: float = 0.2) -> Any:
 
 def our_loss(config: Any, forward: Any) -> Any:
     """``f(inputs) -> loss``: ``compute_policy_loss`` on ``forward()``'s log-probs."""
-    from minimind_trl.objectives import PolicyBatch, compute_policy_loss
-
     def loss(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         logps, _ = forward()
         mask = inputs["completion_mask"].bool()
@@ -167,8 +165,6 @@ def phase_timings(model: Any, batch: dict[str, torch.Tensor], config: Any, optim
                   device: torch.device, repeats: int, warmup: int, memory: bool = True,
                   names: tuple[str, ...] = ("replay", "update", "optimizer", "step")) -> dict[str, Any]:
     """Replay, update (fwd + loss + bwd), optimizer and full-step timings and peak memory."""
-    from minimind_trl.objectives import PolicyBatch, compute_policy_loss
-
     mask = batch["completion_mask"].bool()
     model.train()
     with torch.no_grad():
@@ -210,8 +206,6 @@ def phase_timings(model: Any, batch: dict[str, torch.Tensor], config: Any, optim
 def loss_comparison(model: Any, batch: dict[str, torch.Tensor], objective: str, amp: Any,
                     device: torch.device, repeats: int, warmup: int, min_time: float) -> dict[str, Any]:
     """Our ``compute_policy_loss`` vs TRL's stock ``_compute_loss`` on identical inputs."""
-    from minimind_trl.objectives import ObjectiveConfig
-
     config = ObjectiveConfig.preset(objective)
     model.train()
     with torch.no_grad():
@@ -276,8 +270,6 @@ def scaling_grid(model: Any, vocab: int, prompts: int, prompt_len: int, lengths:
                  config: Any, optimizer: Any, amp: Any, device: torch.device, repeats: int, warmup: int,
                  n_params: int, seed: int) -> dict[str, Any]:
     """Update (and replay) time and peak memory over completion lengths x group sizes, with fits."""
-    from minimind_trl.objectives import PolicyBatch, compute_policy_loss
-
     points = []
     for group in groups:
         for length in lengths:
@@ -351,9 +343,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def amp():
         return torch.autocast(device.type, dtype=torch.bfloat16) if use_amp else nullcontext()
 
-    from trl.trainer.utils import add_fused_lm_head
-
-    from minimind_trl.objectives import ObjectiveConfig
 
     model, model_info = build_model(preset, device, dtype, seed=args.seed)
     model_info["amp"] = "bf16" if use_amp else "none"

@@ -18,6 +18,16 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
+import evaluate
+import torch
+
+from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
+from minimind_trl.eval.errors import EvalError
+from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl
+from minimind_trl.eval.metrics import METRIC_DIR, metric_inputs
+from minimind_trl.eval.runner import EvalSettings, evaluate_tasks
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -37,16 +47,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import datasets
-    import evaluate
-    import torch
-
-    from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
-    from minimind_trl.eval.errors import EvalError
-    from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl
-    from minimind_trl.eval.metrics import METRIC_DIR, metric_inputs
-    from minimind_trl.eval.runner import EvalSettings, evaluate_tasks
-
     # 1. the split, with datasets (a folder holds train/val/test.jsonl)
     data = Path(args.data)
     data_file = data / f"{args.split}.jsonl" if data.is_dir() else data

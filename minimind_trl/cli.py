@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from minimind_trl import __version__
+
 # command -> (module path, function name, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "tokenizer": ("minimind_trl.tokenization.cli", "main", "build / inspect the byte-level BPE tokenizer"),
@@ -39,8 +41,6 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     if argv[0] == "--version":
-        from minimind_trl import __version__
-
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]

@@ -17,6 +17,17 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+try:  # vLLM is optional (an environment of its own): without it the script says so and exits 2
+    from vllm import LLM, SamplingParams
+except ImportError as exc:
+    LLM = SamplingParams = None
+    VLLM_IMPORT_ERROR: ImportError | None = exc
+else:
+    VLLM_IMPORT_ERROR = None
+
 DEFAULT_PROMPTS = ("What is 12 * 7?", "先算出 9 的 4 次方,然后加上 108。", "Convert 3 km to miles.")
 MIN_HEAD_DIM = 32
 
@@ -69,14 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     problem = check_export(folder)
     if problem:
         return fail(problem)
-    try:
-        from vllm import LLM, SamplingParams
-    except ImportError as exc:
-        return fail(f"vLLM is not installed ({exc}); install it (`pip install vllm`, or its CPU build) "
+    if VLLM_IMPORT_ERROR is not None:
+        return fail(f"vLLM is not installed ({VLLM_IMPORT_ERROR}); install it (`pip install vllm`, or its CPU build) "
                     "in an environment of its own and rerun this script there")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(folder)
     eos = tokenizer.eos_token_id
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,

@@ -1,4 +1,6 @@
-"""Shared test set-up: offline Hugging Face, a private HF_HOME, few threads, reference data path."""
+"""Shared test set-up: offline Hugging Face, a private HF_HOME, few threads, reference data path, and the
+shared fixtures: ``tiny_model`` / ``make_tiny_model`` (seeded tiny presets), ``tokenizer`` (the packaged
+one), ``registry`` (the built-in tools), ``split_dir`` (a small audited split folder)."""
 
 import atexit
 import os
@@ -23,6 +25,9 @@ import torch  # noqa: E402
 from minimind_trl.data.generator import generate_tasks  # noqa: E402
 from minimind_trl.data.manifest import write_jsonl_atomic  # noqa: E402
 from minimind_trl.data.splits import prepare_splits  # noqa: E402
+from minimind_trl.envs.tools import ToolRegistry, default_registry  # noqa: E402
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset  # noqa: E402
+from minimind_trl.tokenization import load_tokenizer  # noqa: E402
 
 # One thread: tiny test models are faster single-threaded, and OpenMP barriers make 2 threads
 # crawl when anything else shares the cores.
@@ -52,3 +57,35 @@ def split_dir(tmp_path_factory) -> Path:
     write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(12, seed=3))
     prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[8, 2, 2])
     return root / "splits"
+
+
+def build_tiny_model(moe: bool = False, seed: int = 0, **config_overrides) -> MiniMindForCausalLM:
+    """A fresh preset "tiny" (or "tiny-moe") model, weights drawn after ``torch.manual_seed(seed)``, in
+    eval mode (call ``.train()`` to train it). Overrides go to ``get_preset``."""
+    torch.manual_seed(seed)
+    return MiniMindForCausalLM(get_preset("tiny-moe" if moe else "tiny", **config_overrides)).eval()
+
+
+@pytest.fixture
+def make_tiny_model():
+    """The factory ``build_tiny_model(moe=False, seed=0, **config_overrides)``: one fresh model per call."""
+    return build_tiny_model
+
+
+@pytest.fixture
+def tiny_model() -> MiniMindForCausalLM:
+    """A fresh dense tiny model (seed 0, eval mode); each test gets its own."""
+    return build_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The packaged tokenizer (`load_tokenizer()`), shared by the session: read it, do not change it
+    (a test that changes a tokenizer loads its own)."""
+    return load_tokenizer()
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    """A fresh registry of the built-in tools (`default_registry()`); a test may register more."""
+    return default_registry()

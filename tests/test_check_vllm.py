@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
-from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.modeling import save_for_hub
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_vllm.py"
 
@@ -49,10 +47,14 @@ class LLM:
 '''
 
 
-def export(tmp_path: Path, fmt: str = "qwen3", **overrides) -> Path:
-    torch.manual_seed(0)
-    model = MiniMindForCausalLM(get_preset("tiny-moe" if overrides.pop("moe", False) else "tiny", **overrides))
-    return save_for_hub(model, load_tokenizer(), tmp_path / f"export_{fmt}", format=fmt)
+@pytest.fixture
+def export(tmp_path, make_tiny_model, tokenizer):
+    """export(fmt="qwen3", moe=False, **config_overrides) -> a tiny model's Hub folder in that format."""
+
+    def write(fmt: str = "qwen3", moe: bool = False, **overrides) -> Path:
+        return save_for_hub(make_tiny_model(moe, **overrides), tokenizer, tmp_path / f"export_{fmt}", format=fmt)
+
+    return write
 
 
 def run(tmp_path: Path, folder: Path, vllm_source: str | None, *extra: str, **env) -> subprocess.CompletedProcess:
@@ -66,9 +68,9 @@ def run(tmp_path: Path, folder: Path, vllm_source: str | None, *extra: str, **en
                                **env})
 
 
-def test_vllm_not_installed_exits_2_with_a_clear_message(tmp_path):
+def test_vllm_not_installed_exits_2_with_a_clear_message(tmp_path, export):
     blocked = 'raise ModuleNotFoundError("No module named \'vllm\'", name="vllm")\n'  # whatever is installed
-    result = run(tmp_path, export(tmp_path, head_dim=32), blocked)
+    result = run(tmp_path, export(head_dim=32), blocked)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("check_vllm.py: vLLM is not installed")
     assert "pip install vllm" in result.stderr
@@ -79,14 +81,14 @@ def test_vllm_not_installed_exits_2_with_a_clear_message(tmp_path):
     ("qwen3", {}, "head_dim 16 < 32"),
     ("minimind", {"head_dim": 32}, "--format qwen3"),
 ])
-def test_unservable_exports_exit_2(tmp_path, fmt, overrides, message):
-    result = run(tmp_path, export(tmp_path, fmt, **overrides), FAKE_VLLM)
+def test_unservable_exports_exit_2(tmp_path, export, fmt, overrides, message):
+    result = run(tmp_path, export(fmt, **overrides), FAKE_VLLM)
     assert result.returncode == 2 and message in result.stderr
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_same_greedy_ids_exit_0_and_a_difference_exit_1(tmp_path, moe):
-    folder = export(tmp_path, head_dim=32, moe=moe)
+def test_same_greedy_ids_exit_0_and_a_difference_exit_1(tmp_path, export, moe):
+    folder = export(head_dim=32, moe=moe)
     same = run(tmp_path, folder, FAKE_VLLM)
     assert same.returncode == 0, same.stderr[-2000:]
     assert "3/3 prompts give the same greedy ids" in same.stdout

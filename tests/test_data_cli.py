@@ -12,10 +12,9 @@ from minimind_trl.data.formats import task_prompt
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_text_atomic
 from minimind_trl.data.splits import load_splits
-from minimind_trl.envs.tools import default_registry
 
 
-def test_generate_prepare_gold_verify(tmp_path, capsys):
+def test_generate_prepare_gold_verify(tmp_path, capsys, registry):
     tasks, sft = tmp_path / "tasks.jsonl", tmp_path / "sft.jsonl"
     assert top_main(["data", "generate", "--num-tasks", "90", "--seed", "4", "--output", str(tasks),
                      "--gold-sft", str(sft)]) == 0
@@ -46,7 +45,6 @@ def test_generate_prepare_gold_verify(tmp_path, capsys):
     assert gold_ids == {r["id"] for r in train}
 
     loaded = load_splits(out)  # rows read back through datasets still replay and render
-    registry = default_registry()
     for row in loaded["val"]:
         source = by_id[row["id"]]
         assert gold_trajectory(row, registry) == gold_trajectory(source, registry)

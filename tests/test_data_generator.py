@@ -20,13 +20,8 @@ PURE_MATH = ("arithmetic", "percentage", "power")
 
 
 @pytest.fixture(scope="module")
-def registry():
-    return default_registry()
-
-
-@pytest.fixture(scope="module")
-def tasks(registry):
-    return generate_tasks(340, seed=11, registry=registry)
+def tasks():
+    return generate_tasks(340, seed=11, registry=default_registry())
 
 
 # --- an evaluator written for the test, independent of the tool and of the generator --------------

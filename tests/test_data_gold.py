@@ -3,30 +3,30 @@
 import json
 import re
 
+import datasets
 import pytest
+from transformers.utils.chat_template_utils import render_jinja_template
 
-from minimind_trl.data.formats import conversations_to_messages, encode_tool_calls
+from minimind_trl.conversation import encode_tool_calls
+from minimind_trl.data.formats import conversations_to_messages
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import MAX_TOOL_TURNS, gold_file_rows, gold_trajectory
 from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.data.validation import DataError, DataFormatError
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.tokenization.template import CHAT_TEMPLATE
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 @pytest.fixture(scope="module")
-def registry():
-    return default_registry()
+def tasks():
+    return generate_tasks(170, seed=5, registry=default_registry())
 
 
 @pytest.fixture(scope="module")
-def tasks(registry):
-    return generate_tasks(170, seed=5, registry=registry)
-
-
-@pytest.fixture(scope="module")
-def golds(tasks, registry):
+def golds(tasks):
+    registry = default_registry()
     return [gold_trajectory(task, registry) for task in tasks]
 
 
@@ -57,7 +57,7 @@ def test_final_answer_states_every_value_in_the_question_language(tasks, golds):
         for value in task["gt"]:
             assert re.search(rf"(?<![\d.]){re.escape(value)}(?!\d|\.\d)", final["content"]), (value, final["content"])
         assert bool(CJK.search(final["content"])) == (task["meta"]["lang"] == "zh")
-    assert gold_trajectory(tasks[0], default_registry()) == golds[0]  # deterministic wording
+    assert gold_trajectory(tasks[0], default_registry()) == golds[0]  # deterministic wording, any registry
 
 
 def test_roles_follow_the_upstream_sft_layout(golds):
@@ -88,8 +88,6 @@ def test_gold_file_errors_name_file_and_line(tasks, registry, tmp_path):
 
 
 def test_converter_gives_template_messages_even_after_datasets(golds, tmp_path):
-    import datasets
-
     path = write_jsonl_atomic(tmp_path / "sft.jsonl", golds[:20])
     loaded = datasets.load_dataset("json", data_files=str(path), split="train")
     for gold, row in zip(golds, loaded):
@@ -126,10 +124,6 @@ def test_converter_matches_golden_chat_case(reference_dir):
 
 
 def test_gold_renders_with_the_chat_template(golds):
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    from minimind_trl.tokenization.template import CHAT_TEMPLATE
-
     gold = next(g for g in golds if sum(1 for t in g["conversations"] if t["role"] == "tool") >= 2)
     messages, tools = conversations_to_messages(gold["conversations"])
     (text,), _ = render_jinja_template([messages], tools=tools, chat_template=CHAT_TEMPLATE)

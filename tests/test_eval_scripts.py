@@ -10,17 +10,15 @@ from pathlib import Path
 
 import datasets
 import pytest
-import torch
 import yaml
 
+from minimind_trl.conversation import normalize_conversation
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.files import read_jsonl
 from minimind_trl.eval.metrics import compute_metrics
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
-from minimind_trl.tokenization import load_tokenizer, normalize_conversation
+from minimind_trl.modeling import save_for_hub
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "eval" / "lm_eval_tasks" / "minimind_tool_math"
@@ -80,14 +78,14 @@ def test_lm_eval_yaml_names_existing_functions_fields_and_files(tmp_path, monkey
         assert config["generation_kwargs"]["do_sample"] is False
 
 
-def test_lm_eval_prompts():
+def test_lm_eval_prompts(registry, tokenizer):
     utils = load_utils()
     task = next(t for t in generate_tasks(12, seed=2) if t["meta"]["op_type"] == "chain")
     assert utils.doc_to_text_direct(task) == f"<|im_start|>user\n{utils.question(task)}<|im_end|>\n" + GENERATION_PROMPT
     # final: prompt + the gold final answer is exactly the gold trajectory's rendering (as trained on)
-    gold = gold_trajectory(task, default_registry())["conversations"]
+    gold = gold_trajectory(task, registry)["conversations"]
     messages, tools = normalize_conversation(gold)
-    full = load_tokenizer().apply_chat_template(messages, tools=tools, tokenize=False)
+    full = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     prompt = utils.doc_to_text_final(task)
     assert prompt + gold[-1]["content"] + "<|im_end|>\n" == full
     assert prompt.count("<tool_response>") == len(task["gt"]) and "<tools>" in prompt
@@ -108,10 +106,9 @@ def test_lm_eval_process_results_scores_hand_made_outputs(gt, output, success, c
     assert scores == {"task_success": success, "gt_coverage": coverage}
 
 
-def test_tool_math_script_end_to_end(tmp_path):
-    torch.manual_seed(0)
+def test_tool_math_script_end_to_end(tmp_path, tiny_model, tokenizer):
     run = tmp_path / "runs" / "sft"
-    save_for_hub(MiniMindForCausalLM(get_preset("tiny")), load_tokenizer(), run / "final")
+    save_for_hub(tiny_model, tokenizer, run / "final")
     splits = tmp_path / "splits"
     splits.mkdir()
     tasks = generate_tasks(5, seed=7)
@@ -136,12 +133,11 @@ def test_tool_math_script_end_to_end(tmp_path):
     assert missing.returncode == 1 and "no task file" in missing.stderr
 
 
-def test_readme_tool_math_command_runs_as_written(tmp_path):
+def test_readme_tool_math_command_runs_as_written(tmp_path, tiny_model, tokenizer):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     line = next(x for x in readme.splitlines() if x.startswith("python eval/tool_math.py "))
     prepared_splits(tmp_path, n=12)  # data/splits with 4 test questions
-    torch.manual_seed(0)
-    save_for_hub(MiniMindForCausalLM(get_preset("tiny")), load_tokenizer(), tmp_path / "runs" / "e0_sft" / "final")
+    save_for_hub(tiny_model, tokenizer, tmp_path / "runs" / "e0_sft" / "final")
     args = line.split()[2:]
     result = subprocess.run([sys.executable, str(ROOT / "eval" / "tool_math.py"), *args, "--device", "cpu"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=600,

@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, pre_tokenizers
+from transformers import AutoModelForCausalLM
 
 from minimind_trl.cli import main as cli_main
+from minimind_trl.conversation import normalize_conversation
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.modeling import MiniMindForCausalLM, save_for_hub
 from minimind_trl.modeling.gguf_export import gguf_pre_tokenizer, save_gguf
 from minimind_trl.tokenization import load_tokenizer
-from minimind_trl.tokenization.template import CHAT_TEMPLATE, normalize_conversation
+from minimind_trl.tokenization.template import CHAT_TEMPLATE
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp) for the names we may declare
 LLAMA_CPP_REGEX = {
@@ -67,21 +69,26 @@ def expected_tensors(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def make_run(tmp_path: Path, preset: str, **overrides) -> tuple[Path, MiniMindForCausalLM]:
-    torch.manual_seed(0)
-    model = MiniMindForCausalLM(get_preset(preset, **overrides)).eval()
-    with torch.no_grad():  # norms are initialised to ones: make them distinct values
-        for name, param in model.named_parameters():
-            if param.ndim == 1:
-                param.copy_(torch.rand_like(param) + 0.5)
-    run = tmp_path / "runs" / "e0_sft"
-    save_for_hub(model, load_tokenizer(), run / "final")
-    return run, model
+@pytest.fixture
+def make_run(tmp_path, make_tiny_model, tokenizer):
+    """make_run(moe=False, **config_overrides) -> (run folder with final/, its tiny model, distinct norms)."""
+
+    def write(moe: bool = False, **overrides) -> tuple[Path, MiniMindForCausalLM]:
+        model = make_tiny_model(moe, **overrides)
+        with torch.no_grad():  # norms are initialised to ones: make them distinct values
+            for name, param in model.named_parameters():
+                if param.ndim == 1:
+                    param.copy_(torch.rand_like(param) + 0.5)
+        run = tmp_path / "runs" / "e0_sft"
+        save_for_hub(model, tokenizer, run / "final")
+        return run, model
+
+    return write
 
 
 @pytest.mark.parametrize("preset,outtype", [("tiny", "f16"), ("tiny-moe", "f32"), ("tiny-moe", "bf16")])
-def test_gguf_tensors_and_metadata(tmp_path, preset, outtype):
-    run, model = make_run(tmp_path, preset)
+def test_gguf_tensors_and_metadata(tmp_path, make_run, preset, outtype):
+    run, model = make_run(preset == "tiny-moe")
     out = tmp_path / "export" / "minimind.gguf"
     assert cli_main(["export", str(run), str(out), "--format", "gguf", "--outtype", outtype]) == 0
     reader = gguf.GGUFReader(out)
@@ -124,9 +131,8 @@ def test_gguf_tensors_and_metadata(tmp_path, preset, outtype):
     assert field(reader, f"{arch}.attention.layer_norm_rms_epsilon") == pytest.approx(1e-6)
 
 
-def test_gguf_vocabulary_round_trips(tmp_path):
-    tokenizer = load_tokenizer()
-    out = save_gguf(MiniMindForCausalLM(get_preset("tiny")), tokenizer, tmp_path / "m.gguf", "f32")
+def test_gguf_vocabulary_round_trips(tmp_path, tiny_model, tokenizer):
+    out = save_gguf(tiny_model, tokenizer, tmp_path / "m.gguf", "f32")
     reader = gguf.GGUFReader(out)
     tokens, types = field(reader, "tokenizer.ggml.tokens"), field(reader, "tokenizer.ggml.token_type")
     assert tokens == tokenizer.convert_ids_to_tokens(list(range(6400)))
@@ -144,10 +150,9 @@ def test_gguf_vocabulary_round_trips(tmp_path):
     assert tokenizer.convert_tokens_to_string([tokens[i] for i in ids]) == text
 
 
-def corpus() -> list[str]:
+def corpus(tokenizer) -> list[str]:
     texts = [Path(__file__).resolve().parents[1].joinpath("minimind_trl/tokenization/general_text.txt").read_text()]
     texts += [json.dumps(row, ensure_ascii=False, indent=1) for row in generate_tasks(60, seed=3)]
-    tokenizer = load_tokenizer()
     for row in generate_tasks(20, seed=4):
         messages, tools = normalize_conversation(row["conversations"][:2])
         texts.append(tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True))
@@ -156,19 +161,19 @@ def corpus() -> list[str]:
 
 
 @pytest.mark.parametrize("pre", ["qwen2", "gpt2"])
-def test_declared_pre_tokenizer_gives_our_ids(pre):
+def test_declared_pre_tokenizer_gives_our_ids(pre, tokenizer):
     """llama.cpp pre-tokenizes with the declared regex, then applies our BPE merges: same ids."""
-    ours = load_tokenizer().backend_tokenizer
+    ours = tokenizer.backend_tokenizer
     theirs = Tokenizer.from_str(ours.to_str())
     theirs.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(LLAMA_CPP_REGEX[pre]), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    for text in corpus():
+    for text in corpus(tokenizer):
         assert theirs.encode(text).ids == ours.encode(text).ids, text[:200]
 
 
 def test_pre_tokenizer_choice():
-    tokenizer = load_tokenizer()
+    tokenizer = load_tokenizer()  # its own: the test changes its pre-tokenizer
     assert gguf_pre_tokenizer(tokenizer) == "qwen2"
     backend = tokenizer.backend_tokenizer
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)  # upstream MiniMind's
@@ -178,9 +183,9 @@ def test_pre_tokenizer_choice():
         gguf_pre_tokenizer(tokenizer)
 
 
-def test_untied_model_writes_output_tensor(tmp_path):
-    model = MiniMindForCausalLM(get_preset("tiny", tie_word_embeddings=False))
-    reader = gguf.GGUFReader(save_gguf(model, load_tokenizer(), tmp_path / "m.gguf", "f32"))
+def test_untied_model_writes_output_tensor(tmp_path, make_tiny_model, tokenizer):
+    model = make_tiny_model(tie_word_embeddings=False)
+    reader = gguf.GGUFReader(save_gguf(model, tokenizer, tmp_path / "m.gguf", "f32"))
     output = next(t for t in reader.tensors if t.name == "output.weight")
     np.testing.assert_array_equal(output.data, model.lm_head.weight.detach().numpy())
 
@@ -189,8 +194,8 @@ def test_untied_model_writes_output_tensor(tmp_path):
     ({"inference_rope_scaling": True}, "YaRN"),
     ({"use_moe": True, "norm_topk_prob": False}, "norm_topk_prob"),
 ])
-def test_unrepresentable_configs_exit_2(tmp_path, capsys, overrides, message):
-    run, _ = make_run(tmp_path, "tiny", **overrides)
+def test_unrepresentable_configs_exit_2(tmp_path, make_run, capsys, overrides, message):
+    run, _ = make_run(**overrides)
     out = tmp_path / "m.gguf"
     capsys.readouterr()
     assert cli_main(["export", str(run), str(out), "--format", "gguf"]) == 2
@@ -199,13 +204,12 @@ def test_unrepresentable_configs_exit_2(tmp_path, capsys, overrides, message):
     assert not out.exists() and not list(tmp_path.glob(".m.gguf.*"))
 
 
-def test_export_cli_hub_formats(tmp_path):
-    run, model = make_run(tmp_path, "tiny")
+def test_export_cli_hub_formats(tmp_path, make_run):
+    run, model = make_run()
     (run / "manifest.json").write_text(json.dumps({"kind": "sft", "recipe_sha256": "ab" * 32}))
     out = tmp_path / "export" / "qwen3"
     assert cli_main(["export", str(run), str(out), "--format", "qwen3"]) == 0
     assert "ab" * 32 in (out / "README.md").read_text()
-    from transformers import AutoModelForCausalLM
     qwen = AutoModelForCausalLM.from_pretrained(out)
     ids = torch.tensor([[1, 5, 300, 42]])
     with torch.no_grad():
@@ -213,10 +217,10 @@ def test_export_cli_hub_formats(tmp_path):
     assert cli_main(["export", str(tmp_path / "missing"), str(out), "--format", "gguf"]) == 2
 
 
-def test_readme_gguf_command_runs_as_written(tmp_path, monkeypatch):
+def test_readme_gguf_command_runs_as_written(tmp_path, make_run, monkeypatch):
     readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
     line = next(x for x in readme.splitlines() if x.startswith("minimind-trl export ") and "--format gguf" in x)
-    run, model = make_run(tmp_path, "tiny-moe")
+    run, model = make_run(moe=True)
     monkeypatch.chdir(tmp_path)
     assert cli_main(shlex.split(line)[1:]) == 0
     reader = gguf.GGUFReader(tmp_path / "export" / "minimind.gguf")
@@ -256,14 +260,13 @@ def render_go_template(template: str, messages: list[dict]) -> str:
     return render(0, None)[0]
 
 
-def test_readme_ollama_template_renders_our_chat_format():
+def test_readme_ollama_template_renders_our_chat_format(tokenizer):
     readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
     modelfile = readme.split("\nFROM ./minimind.gguf\n", 1)[1].split("\n```", 1)[0]
     template = re.search(r'TEMPLATE """(.*?)"""', modelfile, flags=re.S).group(1)
     assert "PARAMETER stop <|im_end|>" in modelfile
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 12 * 7?"},
                 {"role": "assistant", "content": "84"}, {"role": "user", "content": "And 12 * 8?"}]
-    tokenizer = load_tokenizer()
     for turns in (messages[1:2], messages):
         want = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
         assert render_go_template(template, turns) == want

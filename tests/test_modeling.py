@@ -21,11 +21,6 @@ from minimind_trl.modeling import (
 REFERENCE_MODELS = ["tiny_dense", "tiny_moe", "tiny_dense_yarn"]
 
 
-def tiny_model(moe: bool = False, seed: int = 0, **overrides) -> MiniMindForCausalLM:
-    torch.manual_seed(seed)
-    return MiniMindForCausalLM(get_preset("tiny-moe" if moe else "tiny", **overrides)).eval()
-
-
 def random_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(3, 6400, (batch, length), generator=torch.Generator().manual_seed(seed))
 
@@ -158,8 +153,8 @@ def test_native_checkpoint_reproduces_upstream(name, reference_dir, reference_mo
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_kv_cache_decoding_equals_full_forward(moe):
-    model = tiny_model(moe, inference_rope_scaling=moe)
+def test_kv_cache_decoding_equals_full_forward(moe, make_tiny_model):
+    model = make_tiny_model(moe, inference_rope_scaling=moe)
     ids = random_ids(2, 12)
     with torch.no_grad():
         full = model(ids).logits
@@ -174,9 +169,9 @@ def test_kv_cache_decoding_equals_full_forward(moe):
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_sdpa_equals_eager(moe):
-    sdpa = tiny_model(moe)
-    eager = tiny_model(moe, attn_implementation="eager")
+def test_sdpa_equals_eager(moe, make_tiny_model):
+    sdpa = make_tiny_model(moe)
+    eager = make_tiny_model(moe, attn_implementation="eager")
     assert (sdpa.config._attn_implementation, eager.config._attn_implementation) == ("sdpa", "eager")
     ids = random_ids(2, 16)
     mask = torch.ones_like(ids)
@@ -189,8 +184,8 @@ def test_sdpa_equals_eager(moe):
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_right_padding_keeps_real_token_logits(moe):
-    model = tiny_model(moe)
+def test_right_padding_keeps_real_token_logits(moe, make_tiny_model):
+    model = make_tiny_model(moe)
     short, long = random_ids(1, 7, seed=2), random_ids(1, 13, seed=3)
     batch = torch.zeros(2, 13, dtype=torch.long)
     batch[0, :7], batch[1] = short[0], long[0]
@@ -203,8 +198,8 @@ def test_right_padding_keeps_real_token_logits(moe):
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_left_padded_generate_matches_single_prompts(moe):
-    model = tiny_model(moe)
+def test_left_padded_generate_matches_single_prompts(moe, make_tiny_model):
+    model = make_tiny_model(moe)
     prompts = [random_ids(1, 4, seed=4)[0], random_ids(1, 9, seed=5)[0]]
     batch = torch.zeros(2, 9, dtype=torch.long)
     mask = torch.zeros_like(batch)
@@ -218,11 +213,11 @@ def test_left_padded_generate_matches_single_prompts(moe):
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_gradient_checkpointing_gives_same_gradients(moe):
+def test_gradient_checkpointing_gives_same_gradients(moe, make_tiny_model):
     ids = random_ids(2, 10)
     grads = []
     for checkpointing in (False, True):
-        model = tiny_model(moe).train()
+        model = make_tiny_model(moe).train()
         if checkpointing:
             model.activation_checkpointing_enable()
             assert model.is_activation_checkpointing and model.model.layers[0].gradient_checkpointing
@@ -235,8 +230,8 @@ def test_gradient_checkpointing_gives_same_gradients(moe):
         assert grads[1]["model.layers.0.mlp.gate.weight"].abs().sum() > 0
 
 
-def test_dropout_acts_on_attention_probabilities():
-    model = tiny_model(dropout=0.3, attn_implementation="eager")
+def test_dropout_acts_on_attention_probabilities(make_tiny_model):
+    model = make_tiny_model(dropout=0.3, attn_implementation="eager")
     assert model.config.attention_dropout == 0.3
     ids = random_ids(1, 8)
     with torch.no_grad():
@@ -262,8 +257,8 @@ def aux_by_loops(router_logits, num_experts, top_k, token_mask):
     return total
 
 
-def test_router_logits_shapes_and_aux_loss():
-    model = tiny_model(moe=True, num_experts=4, num_experts_per_tok=2, seed=3)
+def test_router_logits_shapes_and_aux_loss(make_tiny_model):
+    model = make_tiny_model(moe=True, num_experts=4, num_experts_per_tok=2, seed=3)
     ids = random_ids(2, 6)
     with torch.no_grad():
         out = model(ids, output_router_logits=True)
@@ -286,8 +281,8 @@ def test_router_logits_shapes_and_aux_loss():
     torch.testing.assert_close(ones.aux_loss, out.aux_loss)  # an all-ones mask is upstream's (maskless) value
 
 
-def test_aux_loss_joins_loss_in_training_only():
-    model = tiny_model(moe=True)
+def test_aux_loss_joins_loss_in_training_only(make_tiny_model):
+    model = make_tiny_model(moe=True)
     ids = random_ids(2, 8)
     cross_entropy = torch.nn.functional.cross_entropy
     with torch.no_grad():
@@ -303,15 +298,15 @@ def test_aux_loss_joins_loss_in_training_only():
         router_aux_loss((), 4, 1)
 
 
-def test_dense_model_has_no_router_outputs():
-    model = tiny_model().train()
+def test_dense_model_has_no_router_outputs(make_tiny_model):
+    model = make_tiny_model().train()
     out = model(random_ids(1, 5), output_router_logits=True)
     assert out.aux_loss is None and out.router_logits is None
 
 
 @pytest.mark.parametrize("moe", [False, True])
-def test_hidden_states_and_attentions_outputs(moe):
-    model = tiny_model(moe, attn_implementation="eager")
+def test_hidden_states_and_attentions_outputs(moe, make_tiny_model):
+    model = make_tiny_model(moe, attn_implementation="eager")
     ids = random_ids(2, 7)
     with torch.no_grad():
         out = model(ids, output_hidden_states=True, output_attentions=True)
@@ -350,10 +345,10 @@ def test_preset_parameter_counts_on_meta_device():
         get_preset("tiny", hiden_size=32)
 
 
-def test_auto_classes_and_save_pretrained_roundtrip(tmp_path):
+def test_auto_classes_and_save_pretrained_roundtrip(tmp_path, make_tiny_model):
     config = AutoConfig.for_model("minimind", **PRESETS["tiny-moe"])
     assert isinstance(config, MiniMindConfig) and config.to_diff_dict() == get_preset("tiny-moe").to_diff_dict()
-    model = tiny_model(moe=True)
+    model = make_tiny_model(moe=True)
     model.save_pretrained(tmp_path)
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert isinstance(reloaded, MiniMindForCausalLM)

@@ -13,39 +13,34 @@ from minimind_trl.modeling import (
 )
 
 
-def tiny(preset: str) -> MiniMindForCausalLM:
-    torch.manual_seed(0)
-    return MiniMindForCausalLM(get_preset(preset))
-
-
 def adapted_modules(peft_model) -> set[str]:
     """Names (last component) of the modules that carry a LoRA adapter."""
     return {name.rsplit(".", 1)[-1] for name, module in peft_model.named_modules() if hasattr(module, "lora_A")}
 
 
-def test_default_lora_config_targets_every_projection():
-    peft_model = get_peft_model(tiny("tiny"), LoraConfig(task_type="CAUSAL_LM"))
+def test_default_lora_config_targets_every_projection(tiny_model):
+    peft_model = get_peft_model(tiny_model, LoraConfig(task_type="CAUSAL_LM"))
     assert adapted_modules(peft_model) == set(LORA_TARGET_MODULES)
     trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name for name in trainable)
 
 
-def test_module_names_alone_miss_the_fused_experts():
+def test_module_names_alone_miss_the_fused_experts(make_tiny_model):
     """The MoE MLP has no linear projections: gate/up/down names adapt attention only; lora_targets
     adds the fused expert tensors."""
-    by_names = get_peft_model(tiny("tiny-moe"),
+    by_names = get_peft_model(make_tiny_model(moe=True),
                               LoraConfig(task_type="CAUSAL_LM", target_modules=list(LORA_TARGET_MODULES)))
     assert not any(".experts" in name and "lora" in name for name, _ in by_names.named_parameters())
     targets = lora_targets(get_preset("tiny-moe"))
     assert targets["target_parameters"] == list(MOE_EXPERT_PARAMETERS)
-    complete = get_peft_model(tiny("tiny-moe"), LoraConfig(task_type="CAUSAL_LM", **targets))
+    complete = get_peft_model(make_tiny_model(moe=True), LoraConfig(task_type="CAUSAL_LM", **targets))
     assert any(".experts" in name and "lora" in name for name, _ in complete.named_parameters())
     assert lora_targets(get_preset("tiny")) == {"target_modules": list(LORA_TARGET_MODULES), "target_parameters": None}
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
-def test_lora_trains_and_merges_into_a_plain_model(preset):
-    model = tiny(preset)
+def test_lora_trains_and_merges_into_a_plain_model(preset, make_tiny_model):
+    model = make_tiny_model(moe=preset == "tiny-moe")
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     config = LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, **lora_targets(model.config))
     peft_model = get_peft_model(model, config)

@@ -8,10 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from minimind_trl.modeling import MOE_EXPERT_PARAMETERS, MiniMindForCausalLM, get_preset, save_for_hub
-from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.modeling import MOE_EXPERT_PARAMETERS, save_for_hub
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -32,14 +30,13 @@ def run_script(code: str, cwd: Path, name: str) -> str:
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
-def test_readme_tool_commands_run_as_written(preset, tmp_path):
+def test_readme_tool_commands_run_as_written(preset, tmp_path, make_tiny_model, tokenizer):
     export, load, trl_sft, lora = readme_blocks()
-    torch.manual_seed(0)
     run_dir = tmp_path / "runs" / "e0_sft"
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps({"kind": "sft", "recipe": {"kind": "sft"},
                                                        "recipe_sha256": "0f" * 32, "seed": 42}))
-    save_for_hub(MiniMindForCausalLM(get_preset(preset)), load_tokenizer(), run_dir / "final")
+    save_for_hub(make_tiny_model(moe=preset == "tiny-moe"), tokenizer, run_dir / "final")
 
     out = run_script(export + lora + lora_checks(preset), tmp_path, "export_and_lora")
     assert "trainable params" in out and "checks passed" in out

@@ -26,6 +26,7 @@ from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.eval.checkpoints import resolve_checkpoint
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "HF_HUB_OFFLINE": "1",
@@ -80,8 +81,6 @@ def test_smoke_chain_sft_rl_eval_summary(data, tmp_path):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4] and [m["update"] for m in metrics] == [0, 1, 0, 1]
     assert all(m["ratio_mean"] == 1.0 and m["max_abs_log_ratio"] == 0.0 for m in metrics if m["update"] == 0)
-
-    from minimind_trl.eval.checkpoints import resolve_checkpoint
 
     evaluated = json.loads((sweep / "eval" / "smoke" / "grpo-seed42" / "eval_manifest.json").read_text())
     assert evaluated["checkpoint"]["sha256"] == resolve_checkpoint(run / "final").sha256

@@ -33,8 +33,8 @@ from __future__ import annotations
 import json
 import random
 
+from minimind_trl.conversation import encode_tool_calls
 from minimind_trl.data import templates as T
-from minimind_trl.data.formats import encode_tool_calls
 from minimind_trl.data.normalize import canonical_tools_json, normalize_text, row_id_for
 from minimind_trl.data.questions import MAX_ATTEMPTS, Call, Part, build_question
 from minimind_trl.data.strata import OP_TYPES

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 
+from minimind_trl.conversation import encode_tool_calls
 from minimind_trl.data import templates as T
-from minimind_trl.data.formats import decode_tool_calls, encode_tool_calls
+from minimind_trl.data.formats import decode_tool_calls
 from minimind_trl.data.manifest import sha256_text
 from minimind_trl.data.validation import DataError, DataFormatError, iter_jsonl, validate_task_row
 

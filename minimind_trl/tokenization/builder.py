@@ -31,8 +31,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils.chat_template_utils import render_jinja_template
 
+from minimind_trl.conversation import normalize_conversation
 from minimind_trl.tokenization.loading import load_tokenizer
-from minimind_trl.tokenization.template import CHAT_TEMPLATE, RESPONSE_TEMPLATE, normalize_conversation
+from minimind_trl.tokenization.template import CHAT_TEMPLATE, RESPONSE_TEMPLATE
 from minimind_trl.tokenization.vocab import (
     ADDED_TOKENS,
     BOS_TOKEN,

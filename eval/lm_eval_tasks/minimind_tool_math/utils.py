@@ -18,18 +18,20 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from minimind_trl.conversation import normalize_conversation
+from minimind_trl.data.gold import gold_trajectory
+from minimind_trl.envs.tools import default_registry
+from minimind_trl.rewards import evaluate_completion
+from minimind_trl.tokenization import load_tokenizer
+
 
 @lru_cache(maxsize=1)
 def _tokenizer():
-    from minimind_trl.tokenization import load_tokenizer
-
     return load_tokenizer()  # the packaged tokenizer: any MiniMind tokenizer renders our template
 
 
 @lru_cache(maxsize=1)
 def _registry():
-    from minimind_trl.envs.tools import default_registry
-
     return default_registry()
 
 
@@ -45,9 +47,6 @@ def doc_to_text_direct(doc: dict) -> str:
 
 def doc_to_text_final(doc: dict) -> str:
     """System + tools, question, the gold tool turns with observations, then the generation prompt."""
-    from minimind_trl.data.gold import gold_trajectory
-    from minimind_trl.tokenization import normalize_conversation
-
     conversation = gold_trajectory(doc, _registry())["conversations"][:-1]  # all but the final answer
     messages, tools = normalize_conversation(conversation)
     return _tokenizer().apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
@@ -60,7 +59,5 @@ def doc_to_target(doc: dict) -> str:
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     """Verifier scores of the generated turn `results[0]`: success (every GT value stated in the
     final answer, strict) and the fraction of GT values stated."""
-    from minimind_trl.rewards import evaluate_completion
-
     _, verification = evaluate_completion(results[0], list(doc["gt"]))
     return {"task_success": float(verification.success), "gt_coverage": float(verification.gt_coverage)}
