@@ -16,6 +16,9 @@ or has ``"arguments"`` that is neither an object nor a JSON string encoding one 
 ``"arguments"`` means ``{}``); an opening tag without a closing tag (before the next opening
 tag or the end of the text) and a closing tag without an opening tag also count as one
 malformed block each. Other keys in the object are ignored.
+
+This is the block grammar only. How many malformed *calls* a model turn has (every block of a
+reply read as plain text) is the protocol's rule: `minimind_trl.envs.protocol.turn_malformed_calls`.
 """
 
 from __future__ import annotations
