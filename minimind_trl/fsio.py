@@ -17,15 +17,15 @@ writer is cut off before appending).
 
 Writing folders. :func:`commit_directory` puts a fully built folder at its target path::
 
-    .NAME.staging/   built here (see :func:`build_directory`), every file and folder fsynced
-    NAME  -> .NAME.old      the previous folder moved aside (rename 1)
-    .NAME.staging -> NAME   the new folder moved in        (rename 2)
-    .NAME.old removed
+    .staging-NAME/          built here (see :func:`build_directory`), every file and folder fsynced
+    NAME -> .old-NAME       the previous folder moved aside (rename 1)
+    .staging-NAME -> NAME   the new folder moved in         (rename 2)
+    .old-NAME removed
 
 A kill at any point leaves the old folder or the new one at ``NAME`` (between the renames, the old
-one under ``.NAME.old``); :func:`recover_directory`, run by the next commit and by readers such as
-the run folder, moves a lone ``.NAME.old`` back and deletes one whose replacement is in place. One
-writer per target at a time.
+one under ``.old-NAME``); :func:`recover_directory`, run by the next commit and by readers such as
+the run folder, moves a lone ``.old-NAME`` back and deletes one whose replacement is in place. One
+writer per target at a time. Both names are hidden and do not match ``checkpoint-*`` globs.
 """
 
 from __future__ import annotations
@@ -369,16 +369,16 @@ class JsonlAppender:
 
 
 def staging_path(target: str | os.PathLike) -> Path:
-    """Where a new ``target`` folder is built: ``.NAME.staging`` beside it (same file system, so
+    """Where a new ``target`` folder is built: ``.staging-NAME`` beside it (same file system, so
     the commit is a rename)."""
     target = Path(target)
-    return target.with_name(f".{target.name}.staging")
+    return target.with_name(f".staging-{target.name}")
 
 
 def aside_path(target: str | os.PathLike) -> Path:
-    """Where the previous ``target`` folder waits during a commit: ``.NAME.old`` beside it."""
+    """Where the previous ``target`` folder waits during a commit: ``.old-NAME`` beside it."""
     target = Path(target)
-    return target.with_name(f".{target.name}.old")
+    return target.with_name(f".old-{target.name}")
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
@@ -412,7 +412,7 @@ def remove_tree(path: str | os.PathLike) -> None:
 
 
 def recover_directory(target: str | os.PathLike) -> Path | None:
-    """Finish a commit that was killed: a ``.NAME.old`` with no ``NAME`` (killed between the two
+    """Finish a commit that was killed: a ``.old-NAME`` with no ``NAME`` (killed between the two
     renames) is moved back to ``NAME``; one whose replacement is in place is deleted. Returns
     ``target`` if it exists afterwards, else None. A leftover staging folder is left alone (the
     next :func:`build_directory` empties it)."""

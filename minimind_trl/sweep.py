@@ -45,8 +45,11 @@ is reused only if its manifest's ``recipe_sha256`` equals the recipe the sweep w
 recipe file, data, checkpoint, seed and ``--set`` values); otherwise the sweep refuses before
 running anything. A non-empty run folder without a manifest is refused too, unless it holds only
 what ``train`` writes before its manifest (``initial_model/``), which is removed. Eval folders are
-written in ``.staging-<name>/`` and renamed when complete; a finished one is reused only if it
-evaluated the same weights (SHA-256) with the same decoding settings. Summary and plots are derived
+built by ``eval`` in ``.staging-<name>/`` and committed whole (:mod:`minimind_trl.eval.folder`); a
+finished one is reused only if it evaluated the same weights (SHA-256) with the same decoding
+settings. Run and eval folders are read through :class:`~minimind_trl.trainer.run_folder.RunFolder`
+and :class:`~minimind_trl.eval.folder.EvalFolder`; every command runs through
+:func:`minimind_trl.subprocess_runner.run_cli`. Summary and plots are derived
 files and are rewritten every time. ``--conditions`` limits what is trained and evaluated; the
 summary still includes the protocol's other conditions already evaluated in OUT for these seeds,
 when their run matches the recipe the sweep would run (same checks as above).
@@ -59,17 +62,22 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
-import os
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
+
+from minimind_trl.eval.checkpoints import resolve_checkpoint
+from minimind_trl.eval.folder import EvalFolder
+from minimind_trl.fsio import DataFormatError, write_json_atomic
+from minimind_trl.subprocess_runner import run_cli
+from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
+from minimind_trl.trainer.run_folder import RunFolder
 
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "e1": ("grpo", "cispo", "dr_grpo", "gspo"),
@@ -86,7 +94,6 @@ E2_CELLS = {
 }
 BASELINE = "sft"
 PREFIX = "minimind-trl sweep"
-_PRE_MANIFEST = {"initial_model", ".staging-initial_model"}  # what `train` writes before its manifest
 _IGNORED_DECODING = ("batch_size", "device", "greedy", "dtype")  # run-time choices and fixed values: not compared
 
 Runner = Callable[[list[str], Path], int]
@@ -227,28 +234,19 @@ def sweep_overrides(data: str, sft: str, seed: int, user: list[str]) -> list[str
 # ----------------------------------------------------------------------------------- planning
 
 
-def _read_json(path: Path) -> dict | None:
+def _run_manifest(run_dir: str | Path) -> dict:
+    """The run's manifest, or {} when it has none or it is unreadable."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+        return RunFolder(run_dir).manifest() or {}
+    except (OSError, DataFormatError):
+        return {}
 
 
 def run_state(run_dir: Path) -> str:
     """``new``, ``completed``, ``stopped``, ``interrupted`` (manifest, not completed),
-    ``pre_manifest`` (only what train writes before its manifest) or ``foreign``."""
-    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
-        return "new"
-    if not run_dir.is_dir():
-        return "foreign"
-    if (run_dir / "manifest.json").is_file():
-        status = _read_json(run_dir / "status.json") or {}
-        if status.get("state") == "completed" and (run_dir / "final" / "config.json").is_file():
-            return "completed"
-        return "stopped" if status.get("state") == "stopped" else "interrupted"
-    if {p.name for p in run_dir.iterdir()} <= _PRE_MANIFEST:
-        return "pre_manifest"
-    return "foreign"
+    ``pre_manifest`` (only what train writes before its manifest) or ``foreign``
+    (:meth:`RunFolder.state`)."""
+    return RunFolder(run_dir).state()
 
 
 def plan_sweep(args: argparse.Namespace) -> Plan:
@@ -257,8 +255,6 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
     Conditions outside ``--conditions`` are planned as ``other``: never trained or evaluated, but
     their finished evaluations go into the summary when their run matches the recipe (else
     ``stale``, left out)."""
-    from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
-
     name, folder, everything = resolve_conditions(args.protocol, args.recipes, None)
     selected = {c for c, _ in resolve_conditions(args.protocol, args.recipes, args.conditions)[2]}
     data, sft, out = (str(Path(p).resolve()) for p in (args.data, args.sft, args.output_dir))
@@ -281,13 +277,13 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
                 raise SweepError(f"{recipe_path}: {exc}") from None
             cond.recipe_sha256 = recipe_sha256(recipe)
             state = run_state(Path(cond.run_dir))
-            manifest = _read_json(Path(cond.run_dir) / "manifest.json") or {}
+            manifest = _run_manifest(cond.run_dir)
             if condition not in selected:
                 cond.action = "other" if state == "completed" and manifest.get("recipe_sha256") == cond.recipe_sha256 \
                     else "stale"
                 if cond.action == "other":
                     try:
-                        eval_done(Path(cond.eval_dir), Path(cond.run_dir, "final"), settings)
+                        eval_done(Path(cond.eval_dir), RunFolder(cond.run_dir).final_dir, settings)
                     except SweepError:
                         cond.action = "stale"
                 plan.conditions.append(cond)
@@ -308,9 +304,8 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
     checks = [(Path(plan.sft), Path(out, "eval", name, BASELINE))]
     for cond in plan.conditions:
         if cond.action == "skip":
-            checks.append((Path(cond.run_dir, "final"), Path(cond.eval_dir)))
-        elif cond.action in ("train", "resume", "stopped") and Path(cond.eval_dir).exists() \
-                and any(Path(cond.eval_dir).iterdir()):
+            checks.append((RunFolder(cond.run_dir).final_dir, Path(cond.eval_dir)))
+        elif cond.action in ("train", "resume", "stopped") and not EvalFolder(cond.eval_dir).is_empty():
             problems.append(f"{cond.eval_dir}: an evaluation of a run that is not complete; refusing to reuse it")
     for checkpoint, eval_dir in checks:
         try:
@@ -327,18 +322,11 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
 
 def subprocess_runner(launcher: str | None = None) -> Runner:
     """Runs ``minimind-trl ARGS`` in a fresh process (the train command under ``launcher`` if
-    given), its output appended to the log file; returns the exit code."""
+    given) through :func:`~minimind_trl.subprocess_runner.run_cli`, its output appended to the log
+    file after a ``=== TIME $ COMMAND`` line; returns the exit code."""
 
     def run(args: list[str], log: Path) -> int:
-        if launcher and args[0] == "train":
-            command = [*shlex.split(launcher), "-m", "minimind_trl.cli", *args]
-        else:
-            command = [sys.executable, "-m", "minimind_trl.cli", *args]
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as handle:
-            handle.write(f"\n=== {_now()} $ {shlex.join(command)}\n")
-            handle.flush()
-            return subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
+        return run_cli(args, log, launcher=launcher if args and args[0] == "train" else None)
 
     return run
 
@@ -391,21 +379,18 @@ def eval_settings(args: argparse.Namespace) -> dict[str, Any]:
 def _device(name: str) -> str:
     if name != "auto":
         return name
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def eval_done(eval_dir: Path, checkpoint: Path, settings: dict[str, Any]) -> bool:
     """True if ``eval_dir`` holds a finished evaluation of these weights with these settings;
     False if there is none; SweepError if it holds a different one."""
-    from minimind_trl.eval.checkpoints import resolve_checkpoint
-
-    if eval_dir.is_dir() and not any(eval_dir.iterdir()):
+    folder = EvalFolder(eval_dir)
+    if eval_dir.is_dir() and folder.is_empty():
         eval_dir.rmdir()
     if not eval_dir.exists():
         return False
-    manifest = _read_json(eval_dir / "eval_manifest.json")
+    manifest = folder.manifest()
     if manifest is None:
         raise SweepError(f"{eval_dir}: not empty and not an eval folder (no eval_manifest.json); refusing to touch it")
     sha = resolve_checkpoint(checkpoint).sha256
@@ -423,15 +408,13 @@ def eval_done(eval_dir: Path, checkpoint: Path, settings: dict[str, Any]) -> boo
 
 def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: dict[str, Any],
              run: Runner) -> tuple[str, int | None]:
-    """Evaluate ``checkpoint`` into ``eval_dir`` (through a staging folder); (action, exit code)."""
+    """Evaluate ``checkpoint`` into ``eval_dir`` (``eval`` commits the folder whole); (action, exit code)."""
     if eval_done(eval_dir, checkpoint, settings):
         _say(f"{name}: evaluated earlier ({eval_dir})")
         return "skip", None
-    staging = eval_dir.with_name(f".staging-{eval_dir.name}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.parent.mkdir(parents=True, exist_ok=True)
+    eval_dir.parent.mkdir(parents=True, exist_ok=True)
     args = ["eval", "--checkpoint", str(checkpoint), "--split-dir", plan.data, "--split", settings["split"],
-            "--output-dir", str(staging), "--batch-size", str(settings["batch_size"]),
+            "--output-dir", str(eval_dir), "--batch-size", str(settings["batch_size"]),
             "--max-new-tokens", str(settings["max_new_tokens"]), "--max-tool-turns", str(settings["max_tool_turns"]),
             "--device", _device(settings["device"])]
     if settings["limit"] is not None:
@@ -439,24 +422,23 @@ def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: 
     log = _log_path(plan, f"{name}.eval")
     _say(f"{name}: evaluating {checkpoint} on {settings['split']}")
     rc = run(args, log)
-    if rc != 0 or not (staging / "eval_manifest.json").is_file():
+    if rc != 0 or not EvalFolder(eval_dir).is_complete():
         _say(f"{name}: eval exited with {rc}; see {log}")
         return "failed", rc
-    os.replace(staging, eval_dir)
     return "eval", rc
 
 
 def _evaluated(eval_dir: str | Path) -> bool:
-    return (Path(eval_dir) / "eval_manifest.json").is_file()
+    return EvalFolder(eval_dir).is_complete()
 
 
 def interaction_specs(plan: Plan, own: dict[str, list[tuple[int, str]]]) -> tuple[list[str], str | None]:
     """For e2: the e1 cells' eval folders (same seeds, same SFT baseline) and the --interaction value."""
     if plan.protocol != "e2":
         return [], None
-    baseline = _read_json(Path(plan.out, "eval", "e2", BASELINE, "eval_manifest.json")) or {}
-    e1_baseline = _read_json(Path(plan.out, "eval", "e1", BASELINE, "eval_manifest.json")) or {}
-    if e1_baseline.get("checkpoint", {}).get("sha256") != baseline.get("checkpoint", {}).get("sha256"):
+    baseline = EvalFolder(Path(plan.out, "eval", "e2", BASELINE)).checkpoint_sha256()
+    e1_baseline = EvalFolder(Path(plan.out, "eval", "e1", BASELINE)).checkpoint_sha256()
+    if e1_baseline != baseline:
         return [], None  # no e1 sweep here, or one from another SFT checkpoint
     specs, cells = [], {}
     for cell, (protocol, condition) in E2_CELLS.items():
@@ -517,8 +499,6 @@ def summarize_and_plot(plan: Plan, args: argparse.Namespace, run: Runner) -> dic
 
 
 def write_record(plan: Plan, argv: list[str], started: str, extra: dict[str, Any]) -> Path:
-    from minimind_trl.data.manifest import write_json_atomic
-
     path = Path(plan.out, f"sweep-{plan.protocol}.json")
     record = {"protocol": plan.protocol, "argv": argv, "started": started, "finished": _now(),
               "recipes_dir": plan.recipes_dir, "data": plan.data, "sft": plan.sft, "seeds": plan.seeds,
@@ -550,8 +530,8 @@ def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
             cond.eval_action = "none"
             failed = True
             continue
-        cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, Path(cond.run_dir, "final"), Path(cond.eval_dir),
-                                                  settings, run)
+        cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, RunFolder(cond.run_dir).final_dir,
+                                                  Path(cond.eval_dir), settings, run)
         failed |= cond.eval_action == "failed"
         write_record(plan, argv, started, {})
     outputs = summarize_and_plot(plan, args, run)

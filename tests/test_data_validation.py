@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from minimind_trl.data import splits
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.data.validation import DataFormatError
@@ -61,7 +62,8 @@ CASES = {
 
 def write_file(tmp_path, bad_line: str) -> str:
     path = tmp_path / "tasks.jsonl"
-    lines = [json.dumps(good()), "", json.dumps(good("What is 4 - 1?", ["3"])), bad_line, json.dumps(good("7 + 7?", ["14"]))]
+    lines = [json.dumps(good()), "", json.dumps(good("What is 4 - 1?", ["3"])), bad_line,
+             json.dumps(good("7 + 7?", ["14"]))]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return str(path)
 
@@ -95,7 +97,8 @@ def test_skip_invalid_drops_rows_and_reports_them(tmp_path):
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     manifest = prepare_splits([str(path)], tmp_path / "out", seed=0, skip_invalid=True, sizes=[20, 3, 4])
     assert manifest["rows"]["invalid_skipped"] == 3 and manifest["rows"]["after_dedup"] == 27
-    assert [(r["line"], r["field"]) for r in manifest["invalid_rows"]] == [(4, "<json>"), (11, "gt"), (21, "conversations[1].role")]
+    assert [(r["line"], r["field"]) for r in manifest["invalid_rows"]] == [
+        (4, "<json>"), (11, "gt"), (21, "conversations[1].role")]
     assert all(r["file"] == str(path) and r["reason"] for r in manifest["invalid_rows"])
     assert manifest["inputs"][0]["rows_read"] == 30 and manifest["inputs"][0]["rows_valid"] == 27
 
@@ -112,8 +115,6 @@ def test_duplicate_id_for_a_different_question_is_an_error_or_skipped(tmp_path):
 
 
 def test_a_failed_prepare_leaves_no_folder_behind(tmp_path, monkeypatch):
-    import minimind_trl.data.splits as splits
-
     path = write_file(tmp_path, json.dumps(good("9 - 1?", ["8"])))
 
     def broken_writer(*args, **kwargs):

@@ -3,10 +3,12 @@ scripted policy whose answers are known, so records and metrics can be checked b
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from test_rollout import scripted  # forces replies longer than one decode slice
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from minimind_trl.data.generator import generate_tasks
@@ -15,8 +17,9 @@ from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.cli import eval_main
 from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError, OutputDirNotEmptyError
 from minimind_trl.eval.metrics import compute_metrics
-from minimind_trl.eval.runner import EvalSettings, evaluate_tasks, run_evaluation
+from minimind_trl.eval.runner import EvalSettings, evaluate_tasks, run_evaluation, run_tools, with_run_tools
 from minimind_trl.eval.stats import pass_at_k
+from minimind_trl.fsio import sha256_file
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_native_checkpoint
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer, load_tokenizer
 
@@ -87,8 +90,8 @@ def test_eval_writes_documented_outputs_and_is_reproducible(tmp_path, hub_ckpt, 
     assert set(metrics["by_op_type"]) == {r["op_type"] for r in records}
 
     manifest = json.loads((out1 / "eval_manifest.json").read_text())
-    assert manifest["checkpoint"]["sha256"] == hashlib.sha256((hub_ckpt / "model.safetensors").read_bytes()).hexdigest()
-    assert manifest["split"]["manifest_sha256"] == hashlib.sha256((split_dir / "manifest.json").read_bytes()).hexdigest()
+    assert manifest["checkpoint"]["sha256"] == sha256_file(hub_ckpt / "model.safetensors")
+    assert manifest["split"]["manifest_sha256"] == sha256_file(split_dir / "manifest.json")
     assert manifest["split"]["name"] == "test" and manifest["split"]["evaluated"] == n
     assert manifest["decoding"]["max_new_tokens"] == 10 and manifest["decoding"]["greedy"] is True
     assert manifest["versions"]["minimind_trl"] and manifest["pass_at_k"] is None
@@ -144,8 +147,8 @@ class _Script(LogitsProcessor):
                 key = next((k for k in self.scripts if k in text), None)
                 turn = (row.count(self.tokenizer.eos_token_id) - 2) // 2
                 reply = self.scripts[key][turn] if key else None
-                self.targets.append(None if reply is None else
-                                    self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id])
+                self.targets.append(None if reply is None else self.tokenizer(reply, add_special_tokens=False)[
+                    "input_ids"] + [self.tokenizer.eos_token_id])
         step = input_ids.shape[1] - self.start
         for row, target in enumerate(self.targets):
             if target is not None:
@@ -199,7 +202,8 @@ def test_scripted_records_and_pass_at_k(model, tokenizer_dir):
 
     metrics = compute_metrics([right, wrong])
     assert metrics["task_success"] == 0.5 and metrics["tool_call_rate"] == 0.5
-    assert metrics["tool_count_match"] == 0.5 and metrics["mean_answer_length"] == (sum(n_ids) + wrong["answer_length"]) / 2
+    assert metrics["tool_count_match"] == 0.5
+    assert metrics["mean_answer_length"] == (sum(n_ids) + wrong["answer_length"]) / 2
 
     # sampled pass@k: the script forces every sample, so c = n for "right" and 0 for "wrong"
     sampled = evaluate_tasks(_scripted(model, tokenizer), tokenizer, tasks,
@@ -219,12 +223,6 @@ INTEREST = ('<tool_call>\n{"name": "compound_interest", "arguments": {"principal
 def test_a_run_is_evaluated_with_the_tools_it_trained_with(tmp_path, model, tokenizer_dir, split_dir, hub_ckpt):
     """A checkpoint inside a GRPO run folder: the run's rollout.tools (a plugin) and tool_names are
     the evaluation's tools; the built-ins alone answer 'Tool compound_interest not found'."""
-    import shutil
-
-    from test_rollout import scripted  # forces replies longer than one decode slice
-
-    from minimind_trl.eval.runner import run_tools
-
     tokenizer = load_tokenizer(tokenizer_dir)
     task = _task("[interest]", "c")
     copy = MiniMindForCausalLM(model.config)
@@ -248,3 +246,23 @@ def test_a_run_is_evaluated_with_the_tools_it_trained_with(tmp_path, model, toke
     assert decoding["tools"] == [PLUGIN] and decoding["tool_names"] == ["calculate_math", "compound_interest"]
     with pytest.raises(EvalError, match="unknown tool"):
         evaluate_tasks(model, tokenizer, [task], EvalSettings(tool_names=("nope",)), progress=False)
+
+
+def test_the_runs_tools_are_the_default_and_explicit_settings_win(tmp_path):
+    """RUN/final and RUN/checkpoint-N take the run manifest's tool set-up; --tools / --tool-names
+    given explicitly replace it; a folder outside a run keeps the settings as given."""
+    run = tmp_path / "run"
+    recipe = {"kind": "grpo", "rollout": {"tools": [PLUGIN], "tool_names": ["compound_interest"]}}
+    (run / "final").mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"recipe": recipe}))
+    for checkpoint in (run / "final", run / "checkpoint-3"):
+        chosen = with_run_tools(EvalSettings(), checkpoint)
+        assert (chosen.tools, chosen.tool_names) == ((PLUGIN,), ("compound_interest",))
+    explicit = EvalSettings(tool_names=("calculate_math",))
+    assert with_run_tools(explicit, run / "final") is explicit
+    explicit = EvalSettings(tools=("other.py",))
+    assert with_run_tools(explicit, run / "final") is explicit
+    assert with_run_tools(EvalSettings(), tmp_path / "export") == EvalSettings()
+    (run / "manifest.json").write_text("{")
+    with pytest.raises(EvalError, match="not a readable run manifest"):
+        with_run_tools(EvalSettings(), run / "final")

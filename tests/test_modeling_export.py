@@ -9,10 +9,16 @@ import textwrap
 
 import pytest
 import torch
+import yaml
+from datasets import Dataset
 from safetensors import safe_open
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from trl import SFTConfig, SFTTrainer
 
 from minimind_trl.modeling import (
     MiniMindForCausalLM,
+    count_parameters,
     get_preset,
     load_native_checkpoint,
     native_key_shapes,
@@ -20,6 +26,7 @@ from minimind_trl.modeling import (
     save_native_checkpoint,
 )
 from minimind_trl.modeling.configuration_minimind import MiniMindConfig
+from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 
 
 def tiny_model(preset: str = "tiny", seed: int = 0, **overrides) -> MiniMindForCausalLM:
@@ -29,9 +36,6 @@ def tiny_model(preset: str = "tiny", seed: int = 0, **overrides) -> MiniMindForC
 
 def word_level_tokenizer():
     """A 6400-id tokenizer made in memory ("t0" .. "t6399"), standing in for the real one."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     backend = Tokenizer(models.WordLevel({f"t{i}": i for i in range(6400)}, unk_token="t0"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="t0", bos_token="t1", eos_token="t2")
@@ -189,9 +193,6 @@ def test_save_for_hub_replaces_atomically(tmp_path):
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
 def test_trl_sft_trainer_lowers_loss(preset, tmp_path):
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
     generator = torch.Generator().manual_seed(0)
     rows = [{"input_ids": [1, *torch.randint(3, 40, (15,), generator=generator).tolist(), 2]} for _ in range(8)]
     args = SFTConfig(
@@ -240,8 +241,6 @@ def test_qwen3_export_config_reads_right_with_old_loaders(preset, overrides, tmp
 
 
 def _front_matter(card: str) -> dict:
-    import yaml
-
     assert card.startswith("---\n")
     return yaml.safe_load(card.split("---\n")[1])
 
@@ -259,9 +258,6 @@ RUN_MANIFEST = {
 
 
 def test_model_card_from_the_run_manifest_and_arguments(tmp_path):
-    from minimind_trl.modeling import count_parameters
-    from minimind_trl.tokenization import load_tokenizer
-
     run_dir = tmp_path / "runs" / "e0_sft"
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps(RUN_MANIFEST))
@@ -303,10 +299,6 @@ def test_model_card_from_the_run_manifest_and_arguments(tmp_path):
 
 
 def test_exported_tokenizer_config_has_no_local_leftovers(tmp_path):
-    from transformers import AutoTokenizer
-
-    from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
-
     source = tmp_path / "somewhere" / "my_tokenizer"
     shutil.copytree(DEFAULT_TOKENIZER_DIR, source)
     tokenizer = AutoTokenizer.from_pretrained(str(source))

@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from test_trainer_helpers import tiny_tokenizer_path
+from huggingface_hub.constants import HF_HOME
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_trainer_helpers import tiny_model, tiny_tokenizer, tiny_tokenizer_path
 
+from minimind_trl.fsio import aside_path
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.trainer import cli, run
 from minimind_trl.trainer.callbacks import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status
+from minimind_trl.trainer.run_folder import RunFolder
 
 
 @pytest.fixture
@@ -128,8 +135,6 @@ def test_resuming_a_completed_run_does_nothing_and_says_so(tmp_path, split_dir, 
 
 
 def test_final_is_replaced_by_renames_never_deleted_first(tmp_path, monkeypatch):
-    from test_trainer_helpers import tiny_model, tiny_tokenizer
-
     model, tokenizer = tiny_model(), tiny_tokenizer()
     final = tmp_path / "final"
     run.save_final_model(model, tokenizer, final)
@@ -147,12 +152,48 @@ def test_final_is_replaced_by_renames_never_deleted_first(tmp_path, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run.save_final_model(model, tokenizer, final)
     monkeypatch.undo()
-    aside = tmp_path / "final.old"  # the previous final/ is still whole, moved aside
+    aside = aside_path(final)  # the previous final/ is still whole, moved aside
+    assert not final.exists()
     for name, value in weights(aside).items():
         assert torch.equal(old[name], value), name
     (tmp_path / "manifest.json").write_text("{}")
-    prepare_run_dir(tmp_path, resume=True)
+    prepare_run_dir(tmp_path, resume=True)  # the resume moves it back: old or new, never none
     assert not aside.exists() and not (tmp_path / ".staging-final").exists()
+    for name, value in weights(final).items():
+        assert torch.equal(old[name], value), name
+
+
+def test_a_kill_between_the_final_renames_leaves_a_readable_final(tmp_path):
+    """A real kill (os._exit in a child process) right after final/ was moved aside: readers
+    (RunFolder.final_model) and the next save find the old weights, never no final/."""
+    final = tmp_path / "final"
+    run.save_final_model(tiny_model(), tiny_tokenizer(), final)
+    old = {k: v.clone() for k, v in weights(final).items()}
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import torch
+        from test_trainer_helpers import tiny_model, tiny_tokenizer
+        from minimind_trl.trainer import run
+        model = tiny_model()
+        with torch.no_grad():
+            next(model.parameters()).add_(1.0)
+        real = os.replace
+        def replace(src, dst):
+            real(src, dst)
+            if os.path.basename(dst) == ".old-final":
+                os._exit(9)
+        os.replace = replace
+        run.save_final_model(model, tiny_tokenizer(), {str(final)!r})
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 9, result.stderr[-2000:]
+    assert not final.exists() and aside_path(final).is_dir()
+    (tmp_path / "manifest.json").write_text("{}")
+    assert RunFolder(tmp_path).final_model() == final
+    for name, value in weights(final).items():
+        assert torch.equal(old[name], value), name
+    assert not aside_path(final).exists()
 
 
 def test_tensorboard_reporting_writes_event_files(tmp_path, split_dir):
@@ -160,16 +201,12 @@ def test_tensorboard_reporting_writes_event_files(tmp_path, split_dir):
     assert train(recipe, tmp_path / "run") == 0
     events = list((tmp_path / "run").rglob("events.out.tfevents.*"))
     assert events and all(p.stat().st_size > 0 for p in events)
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     accumulator = EventAccumulator(str(events[0].parent))
     accumulator.Reload()
     assert "train/reward" in accumulator.Tags()["scalars"]
 
 
 def test_trackio_reporting_logs_locally(tmp_path, split_dir):
-    from huggingface_hub.constants import HF_HOME
-
     recipe = write_recipe(tmp_path, split_dir, report_to=["trackio"], save_strategy="no", project="mm-trl-test")
     assert train(recipe, tmp_path / "run") == 0
     assert list((Path(HF_HOME) / "trackio").glob("mm-trl-test*")), sorted((Path(HF_HOME) / "trackio").rglob("*"))

@@ -22,6 +22,7 @@ from minimind_trl.cli import main as cli_main
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.manifest import write_json_atomic, write_jsonl_atomic
 from minimind_trl.data.splits import prepare_splits
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
 from minimind_trl.trainer.callbacks import read_metrics
 from minimind_trl.trainer.run import read_status
 
@@ -41,8 +42,6 @@ def one_thread():
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """A split folder, a tiny "SFT" checkpoint and a two-condition protocol folder (2 steps each)."""
-    from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
-
     root = tmp_path_factory.mktemp("sweep")
     write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(24, seed=11))
     prepare_splits([root / "tasks.jsonl"], root / "splits", seed=42, sizes=[16, 4, 4])

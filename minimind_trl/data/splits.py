@@ -17,21 +17,16 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from collections import defaultdict
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import datasets
+
+from minimind_trl import __version__
 from minimind_trl.data.allocation import allocate, largest_remainder
-from minimind_trl.data.manifest import (
-    current_umask,
-    sha256_file,
-    verify_manifest,
-    write_json_atomic,
-    write_jsonl_atomic,
-)
+from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.normalize import (
     NORMALISATION_RULES,
     canonical_gt_value,
@@ -50,6 +45,7 @@ from minimind_trl.data.validation import (
     parse_jsonl_line,
     validate_task_row,
 )
+from minimind_trl.fsio import build_directory, sha256_file, write_json_atomic, write_jsonl_atomic
 
 SPLITS = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.9, 0.05, 0.05)
@@ -73,7 +69,8 @@ def normalize_task_row(row: dict, path=None, line=None) -> dict:
     if "n_gt" in given and given["n_gt"] != len(gt):
         raise DataFormatError(path, line, "meta.n_gt", f"is {given['n_gt']!r} but gt has {len(gt)} values")
     if "op_type" in given and given["op_type"] not in OP_TYPES:
-        raise DataFormatError(path, line, "meta.op_type", f"must be one of {', '.join(OP_TYPES)}; got {given['op_type']!r}")
+        raise DataFormatError(path, line, "meta.op_type",
+                              f"must be one of {', '.join(OP_TYPES)}; got {given['op_type']!r}")
     for key in ("lang", "difficulty"):
         if key in given and (not isinstance(given[key], str) or not given[key]):
             raise DataFormatError(path, line, f"meta.{key}", f"must be a non-empty string, got {given[key]!r}")
@@ -98,7 +95,8 @@ def _resolve_sizes(total: int, sizes: list[int] | None, fractions: list[float] |
         if len(sizes) != 3 or any(size < 0 for size in sizes):
             raise DataError(f"sizes must be three non-negative integers (train,val,test), got {sizes}")
         if sum(sizes) > total:
-            raise DataError(f"sizes {sizes} need {sum(sizes)} rows but only {total} remain after validation and de-duplication")
+            raise DataError(f"sizes {sizes} need {sum(sizes)} rows but only {total} remain after validation and "
+                            "de-duplication")
         return list(sizes) + [total - sum(sizes)]
     fractions = list(DEFAULT_FRACTIONS if fractions is None else fractions)
     if len(fractions) != 3 or any(f < 0 for f in fractions) or sum(fractions) > 1 + 1e-9 or sum(fractions) <= 0:
@@ -183,7 +181,8 @@ def _stratified_parts(rows: list[dict], part_sizes: list[int], seed: int) -> tup
         for part, count in zip(parts, row_counts):
             part.extend(members[start:start + count])
             start += count
-        expected = {name: round(float(Fraction(len(members) * size, len(rows))), 4) for name, size in zip(names, part_sizes)}
+        expected = {name: round(float(Fraction(len(members) * size, len(rows))), 4)
+                    for name, size in zip(names, part_sizes)}
         report[key] = {"total": len(members), **dict(zip(names, row_counts)), "expected": expected}
     for part in parts:
         rng.shuffle(part)
@@ -192,20 +191,13 @@ def _stratified_parts(rows: list[dict], part_sizes: list[int], seed: int) -> tup
 
 def _write_folder(out: Path, parts: list[list[dict]], manifest: dict) -> None:
     """Write the split files and the manifest (its ``outputs`` filled in here) into a hidden
-    sibling folder, then move that folder into place with one rename (``out`` is absent or empty),
-    so a crash never leaves a half-written split folder."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        os.chmod(staging, 0o777 & ~current_umask())
+    sibling folder, then move that folder into place (:func:`minimind_trl.fsio.build_directory`;
+    ``out`` is absent or empty), so a crash never leaves a half-written split folder."""
+    with build_directory(out) as staging:
         for name, part in zip(SPLITS, parts):
             path = write_jsonl_atomic(staging / f"{name}.jsonl", part)
             manifest["outputs"][path.name] = {"sha256": sha256_file(path), "rows": len(part)}
         write_json_atomic(staging / "manifest.json", manifest)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def prepare_splits(
@@ -219,8 +211,6 @@ def prepare_splits(
     """Write stratified, de-duplicated splits and their manifest into ``output_dir`` (absent or
     empty); returns the manifest. It holds no time stamps or output paths, so reruns are
     byte-identical."""
-    from minimind_trl import __version__
-
     out = Path(output_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(f"{out}: output folder is not empty (refusing to overwrite earlier splits)")
@@ -238,7 +228,8 @@ def prepare_splits(
         "created_by": "minimind-trl data prepare",
         "package_version": __version__,
         "seed": seed,
-        "requested": {"sizes": list(sizes)} if sizes is not None else {"fractions": list(fractions or DEFAULT_FRACTIONS)},
+        "requested": {"sizes": list(sizes)} if sizes is not None
+        else {"fractions": list(fractions or DEFAULT_FRACTIONS)},
         "inputs": records,
         "outputs": {},
         "split_sizes": dict(zip(list(SPLITS) + ["unused"], part_sizes)),
@@ -279,8 +270,6 @@ def load_splits(folder: str | os.PathLike, verify: bool = True):
     file's SHA-256 and row count are checked against the manifest. Empty splits are left out (Arrow
     cannot infer a schema from an empty file).
     """
-    import datasets
-
     folder = Path(folder)
     manifest = verify_manifest(folder) if verify else None
     files = {name: str(folder / f"{name}.jsonl") for name in SPLITS if read_split(folder, name, manifest)}

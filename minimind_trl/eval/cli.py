@@ -11,6 +11,10 @@ from collections.abc import Callable
 
 from minimind_trl.eval import stats
 from minimind_trl.eval.errors import EvalError
+from minimind_trl.eval.plots import plot_runs, plot_summary
+from minimind_trl.eval.report import write_summary
+from minimind_trl.eval.runner import EvalSettings, run_evaluation
+from minimind_trl.eval.summarize import summarize
 
 
 def _guard(command: str, body: Callable[[], int]) -> int:
@@ -49,7 +53,8 @@ def eval_main(argv: list[str]) -> int:
     )
     parser.add_argument("--checkpoint", required=True, help="Hub-format folder, or a native .pth (needs --preset)")
     parser.add_argument("--preset", default=None, help="config preset for a native .pth (e.g. minimind-3, tiny)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the checkpoint folder, else the packaged one)")
+    parser.add_argument("--tokenizer", default=None,
+                        help="tokenizer folder (default: the checkpoint folder, else the packaged one)")
     parser.add_argument("--split-dir", required=True, help="split folder with train/val/test.jsonl and manifest.json")
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--output-dir", required=True, help="must not exist or be empty")
@@ -59,7 +64,8 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn")
     parser.add_argument("--max-tool-turns", type=int, default=3)
     parser.add_argument("--open-thinking", action="store_true")
-    parser.add_argument("--pass-k", type=_int_list, default=None, help="e.g. 1,5: also sample --num-samples per question")
+    parser.add_argument("--pass-k", type=_int_list, default=None,
+                        help="e.g. 1,5: also sample --num-samples per question")
     parser.add_argument("--num-samples", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--sample-seed", type=int, default=0)
@@ -72,8 +78,6 @@ def eval_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def body() -> int:
-        from minimind_trl.eval.runner import EvalSettings, run_evaluation
-
         settings = EvalSettings(
             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, max_tool_turns=args.max_tool_turns,
             open_thinking=args.open_thinking, pass_k=tuple(args.pass_k or ()), num_samples=args.num_samples,
@@ -97,7 +101,8 @@ def summarize_main(argv: list[str]) -> int:
                     f"(percentile, {stats.DEFAULT_RESAMPLES:,} resamples, seed {stats.DEFAULT_SEED} by default), "
                     "the 2x2 interaction and two-level (seed, question) CIs for multi-seed conditions.",
     )
-    parser.add_argument("conditions", nargs="+", help="eval folders: PATH (name = folder name) or NAME=PATH; NAME@SEED groups seeds")
+    parser.add_argument("conditions", nargs="+",
+                        help="eval folders: PATH (name = folder name) or NAME=PATH; NAME@SEED groups seeds")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--baseline", default="sft", help="condition every other one is compared with (default: sft)")
     parser.add_argument("--interaction", type=_cells, default=None,
@@ -110,9 +115,6 @@ def summarize_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def body() -> int:
-        from minimind_trl.eval.report import write_summary
-        from minimind_trl.eval.summarize import summarize
-
         try:
             summary, failures = summarize(
                 args.conditions, baseline=args.baseline, interaction=args.interaction,
@@ -131,7 +133,8 @@ def summarize_main(argv: list[str]) -> int:
 def plot_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="minimind-trl plot",
-        description="PNG training curves from run folders' metrics.jsonl and eval bars with CI whiskers from a summary.json.",
+        description="PNG training curves from run folders' metrics.jsonl and eval bars with CI whiskers from a "
+                    "summary.json.",
     )
     parser.add_argument("--runs", nargs="*", default=[], help="run folders (or metrics.jsonl files)")
     parser.add_argument("--summary", default=None, help="summary.json (or its folder) from `minimind-trl summarize`")
@@ -139,8 +142,6 @@ def plot_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     def body() -> int:
-        from minimind_trl.eval.plots import plot_runs, plot_summary
-
         if not args.runs and not args.summary:
             raise EvalError("nothing to plot: give --runs and/or --summary")
         written = []

@@ -9,7 +9,8 @@ and score it with the same verifier as the training reward
 (`minimind_trl.rewards.evaluate_completion` on the completion text). Optionally sample
 ``num_samples`` trajectories per question at ``temperature`` and report the unbiased pass@k.
 
-Output folder (must not exist or be empty):
+Output folder (must not exist or be empty; built beside it and committed whole, see
+:mod:`.folder`):
 
 * ``records.jsonl`` — one record per question, in split order (keys: see :func:`build_record`;
   with pass@k also ``samples`` = {n, num_correct, temperature, successes} and ``pass_at_k`` =
@@ -23,16 +24,29 @@ No time stamps are recorded: evaluating the same checkpoint twice gives identica
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import datasets
+import evaluate
+import torch
+import transformers
+
+from minimind_trl import __version__
+from minimind_trl.data.manifest import verify_manifest
+from minimind_trl.data.splits import read_split
+from minimind_trl.envs.rollout import rollout
+from minimind_trl.envs.tools import run_registry
 from minimind_trl.eval.checkpoints import CheckpointInfo, load_eval_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
 from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl, sha256_file
+from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS, EvalFolder
 from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics
 from minimind_trl.eval.stats import pass_at_k
+from minimind_trl.fsio import DataError, DataFormatError, build_directory
+from minimind_trl.rewards import evaluate_completion
+from minimind_trl.trainer.run_folder import RunFolder
 
 MANIFEST_FORMAT = "minimind-trl.eval/1"
 
@@ -60,7 +74,8 @@ class EvalSettings:
             raise EvalError(f"--limit must be positive, got {self.limit}")
         if self.pass_k:
             if min(self.pass_k) < 1 or max(self.pass_k) > self.num_samples:
-                raise EvalError(f"pass@k needs 1 <= k <= --num-samples ({self.num_samples}); got k = {list(self.pass_k)}")
+                raise EvalError(f"pass@k needs 1 <= k <= --num-samples ({self.num_samples}); "
+                                f"got k = {list(self.pass_k)}")
             if self.temperature <= 0:
                 raise EvalError(f"sampling needs --temperature > 0, got {self.temperature}")
 
@@ -80,8 +95,6 @@ def build_record(task: dict, traj) -> dict:
     observations included), answer_length (model tokens = sum of the action mask),
     final_answer_chars.
     """
-    from minimind_trl.rewards import evaluate_completion
-
     gt = list(task["gt"])
     meta = task.get("meta") or {}
     view, ver = evaluate_completion(traj.text, gt)
@@ -121,10 +134,6 @@ def build_record(task: dict, traj) -> dict:
 def evaluate_tasks(model, tokenizer, tasks: list[dict], settings: EvalSettings, registry=None,
                    progress: bool = True) -> list[dict]:
     """Greedy records for ``tasks`` (plus sampled pass@k when ``settings.pass_k``)."""
-    from minimind_trl.envs.rollout import rollout
-    from minimind_trl.envs.tools import run_registry
-    from minimind_trl.rewards import evaluate_completion
-
     settings.validate()
     if registry is None:
         try:
@@ -150,10 +159,6 @@ def evaluate_tasks(model, tokenizer, tasks: list[dict], settings: EvalSettings, 
 
 def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dict], dict]:
     """(task rows of ``split``, split info for the manifest); file hashes checked first."""
-    from minimind_trl.data.manifest import verify_manifest
-    from minimind_trl.data.splits import read_split
-    from minimind_trl.data.validation import DataError, DataFormatError
-
     folder = Path(split_dir)
     manifest = folder / "manifest.json"
     if not manifest.is_file():
@@ -174,37 +179,36 @@ def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dic
 
 
 def _check_output_dir(output_dir: Path) -> None:
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+    if not EvalFolder(output_dir).is_empty():
         raise OutputDirNotEmptyError(f"output folder {output_dir} is not empty (evaluation never overwrites results)")
 
 
 def _versions() -> dict:
-    import datasets
-    import evaluate
-    import torch
-    import transformers
-
-    from minimind_trl import __version__
-
     return {"minimind_trl": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "datasets": datasets.__version__, "evaluate": evaluate.__version__}
 
 
 def run_tools(checkpoint: str | os.PathLike) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
     """(``rollout.tools``, ``rollout.tool_names``) of the GRPO run whose folder holds ``checkpoint``
-    (``RUN/final`` or a ``RUN/checkpoint-N``, by the run's ``manifest.json``), else None."""
-    manifest = Path(checkpoint).parent / "manifest.json"
-    if not manifest.is_file():
+    (``RUN/final`` or a ``RUN/checkpoint-N``, by the run's ``manifest.json``:
+    :meth:`RunFolder.tool_setup`), else None."""
+    run = RunFolder.of_checkpoint(checkpoint)
+    if run is None:
         return None
     try:
-        recipe = json.loads(manifest.read_text(encoding="utf-8")).get("recipe") or {}
-    except (ValueError, OSError) as error:
-        raise EvalError(f"{manifest}: not a readable run manifest ({error})") from None
-    rollout = recipe.get("rollout") if recipe.get("kind") == "grpo" else None
-    if not isinstance(rollout, dict):
-        return None
-    names = rollout.get("tool_names")
-    return tuple(rollout.get("tools") or ()), None if names is None else tuple(names)
+        setup = run.tool_setup()
+    except (DataFormatError, OSError) as error:
+        raise EvalError(f"{run.manifest_path}: not a readable run manifest ({error})") from None
+    return None if setup is None else (setup.plugins, setup.tool_names)
+
+
+def with_run_tools(settings: EvalSettings, checkpoint: str | os.PathLike) -> EvalSettings:
+    """``settings`` with the tools of the run that trained ``checkpoint`` (:func:`run_tools`) when
+    neither ``tools`` nor ``tool_names`` was given explicitly (explicit settings win)."""
+    trained_with = run_tools(checkpoint)
+    if trained_with is None or settings.tools or settings.tool_names is not None:
+        return settings
+    return replace(settings, tools=trained_with[0], tool_names=trained_with[1])
 
 
 def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, output_dir: str | os.PathLike,
@@ -214,9 +218,7 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
     out = Path(output_dir)
     _check_output_dir(out)
     settings.validate()
-    trained_with = run_tools(checkpoint)
-    if trained_with is not None and not settings.tools and settings.tool_names is None:
-        settings = replace(settings, tools=trained_with[0], tool_names=trained_with[1])
+    settings = with_run_tools(settings, checkpoint)
     info: CheckpointInfo = resolve_checkpoint(checkpoint, preset)
     tasks, split_info = load_split_tasks(split_dir, split)
     if settings.limit is not None:
@@ -228,18 +230,33 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
     metrics = compute_metrics(records, settings.pass_k)
 
     _check_output_dir(out)  # nothing appeared meanwhile
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_jsonl(out / "records.jsonl", records)
-    atomic_write_json(out / "metrics.json", metrics)
+    with build_directory(out) as staging:  # the folder appears complete or not at all
+        _write_outputs(staging, records, metrics, _manifest(info, tokenizer_source, tokenizer_sha, split_info,
+                                                           len(tasks), settings, device))
+    return out
+
+
+def _write_outputs(folder: Path, records: list[dict], metrics: dict, manifest: dict) -> None:
+    """records.jsonl, metrics.json, then eval_manifest.json with their SHA-256."""
+    atomic_write_jsonl(folder / RECORDS, records)
+    atomic_write_json(folder / METRICS, metrics)
+    atomic_write_json(folder / EVAL_MANIFEST, {**manifest, "outputs": {name: sha256_file(folder / name)
+                                                                       for name in OUTPUTS}})
+
+
+def _manifest(info: CheckpointInfo, tokenizer_source: str | None, tokenizer_sha: str, split_info: dict,
+              evaluated: int, settings: EvalSettings, device: str) -> dict:
+    """The eval manifest without its ``outputs`` (filled in by :func:`_write_outputs`)."""
+    sampling_only = ("pass_k", "num_samples", "temperature", "sample_seed")
     decoding = {"greedy": True, "dtype": "float32", "device": device,
-                **{k: v for k, v in asdict(settings).items() if k not in ("pass_k", "num_samples", "temperature", "sample_seed")}}
-    manifest = {
+                **{k: v for k, v in asdict(settings).items() if k not in sampling_only}}
+    return {
         "format": MANIFEST_FORMAT,
         "created_by": "minimind-trl eval",
         "package_version": _versions()["minimind_trl"],
         "checkpoint": info.to_dict(),
         "tokenizer": {"path": tokenizer_source, "sha256": tokenizer_sha},
-        "split": {**split_info, "evaluated": len(tasks)},
+        "split": {**split_info, "evaluated": evaluated},
         "decoding": decoding,
         "pass_at_k": None if not settings.pass_k else {
             "k": list(settings.pass_k), "num_samples": settings.num_samples, "temperature": settings.temperature,
@@ -247,7 +264,4 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
             "estimator": "1 - C(n-c, k) / C(n, k), averaged over questions"},
         "metric_module": METRIC_DIR.name,
         "versions": _versions(),
-        "outputs": {name: sha256_file(out / name) for name in ("records.jsonl", "metrics.json")},
     }
-    atomic_write_json(out / "eval_manifest.json", manifest)
-    return out

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from minimind_trl.data.validation import DataFormatError, iter_jsonl_objects, read_json_file
 from minimind_trl.eval import stats
 from minimind_trl.eval.errors import (
     EvalError,
@@ -32,7 +31,9 @@ from minimind_trl.eval.errors import (
     QuestionSetMismatchError,
     SplitMismatchError,
 )
+from minimind_trl.eval.folder import EvalFolder
 from minimind_trl.eval.metrics import REQUIRED_RECORD_KEYS, available_metrics, per_question_values
+from minimind_trl.fsio import DataFormatError, iter_jsonl_objects, read_json_file
 
 INTERACTION_CELLS = ("zscore_seqmean", "zscore_fixedL", "center_seqmean", "center_fixedL")
 INTERACTION_WEIGHTS = (1.0, -1.0, -1.0, 1.0)  # (D - C) - (B - A) = A - B - C + D
@@ -122,18 +123,19 @@ def _read_manifest(file: Path) -> dict:
 
 
 def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
-    """Read records.jsonl, eval_manifest.json and metrics.json through the data package's bounded
-    readers; every record's summary fields are type-checked (errors name file, line and field)."""
+    """Read records.jsonl, eval_manifest.json and metrics.json (:class:`EvalFolder`) through the
+    package's bounded readers; every record's summary fields are type-checked (errors name file,
+    line and field)."""
     if not path.is_dir():
         raise EvalFolderError(f"eval folder not found: {path}")
-    files = {name: path / name for name in ("records.jsonl", "eval_manifest.json")}
-    for name, file in files.items():
+    folder = EvalFolder(path)
+    for file in (folder.records_path, folder.manifest_path):
         if not file.is_file():
-            raise EvalFolderError(f"{path} is not an eval folder: missing {name}")
-    metrics_file = path / "metrics.json"
+            raise EvalFolderError(f"{path} is not an eval folder: missing {file.name}")
+    metrics_file = folder.metrics_path
     try:
-        records = _read_records(files["records.jsonl"])
-        manifest = _read_manifest(files["eval_manifest.json"])
+        records = _read_records(folder.records_path)
+        manifest = _read_manifest(folder.manifest_path)
         metrics = read_json_file(metrics_file) if metrics_file.is_file() else {}
         if not isinstance(metrics, dict):
             raise DataFormatError(metrics_file, None, "<json>", "must be a JSON object")
@@ -142,7 +144,7 @@ def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
     except OSError as exc:
         raise EvalFolderError(f"cannot read eval folder {path}: {exc}") from None
     if not records:
-        raise EvalFolderError(f"{files['records.jsonl']} holds no records")
+        raise EvalFolderError(f"{folder.records_path} holds no records")
     records = sorted(records, key=lambda r: str(r["id"]))
     return EvalRun(condition, seed, path, manifest, metrics, records)
 
@@ -217,7 +219,8 @@ def summarize(
                 f"{sorted(groups)}; missing cells {missing}, unknown conditions {unknown}"
             )
     names = list(groups)
-    metric_names = [m for m in available_metrics(runs[0].records) if all(m in available_metrics(r.records) for r in runs)]
+    metric_names = [m for m in available_metrics(runs[0].records)
+                    if all(m in available_metrics(r.records) for r in runs)]
     boot = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
 
     table: dict[str, dict[str, dict]] = {}
@@ -244,8 +247,8 @@ def summarize(
 
     inter = None
     if interaction is not None:
-        inter = {"cells": dict(interaction), "formula": "(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)",
-                 "metrics": {}}
+        inter = {"cells": dict(interaction),
+                 "formula": "(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)", "metrics": {}}
         for metric in metric_names:
             cells = [_matrix(groups[interaction[c]], metric) for c in INTERACTION_CELLS]
             q = stats.interaction_ci(*(m.mean(axis=0) for m in cells), **boot)
@@ -270,7 +273,8 @@ def summarize(
         },
         "conditions": {
             name: {
-                "seeds": {r.seed: {"path": str(r.path), "checkpoint_sha256": r.manifest.get("checkpoint", {}).get("sha256"),
+                "seeds": {r.seed: {"path": str(r.path),
+                                   "checkpoint_sha256": r.manifest.get("checkpoint", {}).get("sha256"),
                                    "metrics": r.metrics} for r in groups[name]},
             }
             for name in names

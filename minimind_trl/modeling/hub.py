@@ -19,7 +19,9 @@ releases read instead of `rope_parameters` / `num_local_experts` / `dtype` (`rop
 `rope_scaling`, `num_experts`, `torch_dtype`): without them 4.x loads the wrong RoPE base silently.
 tokenizer_config.json loses the loading leftovers (`is_local`, `local_files_only`, paths) and names
 `PreTrainedTokenizerFast`, the class both 4.x and 5.x know.
-Writing is atomic: everything goes to a temporary folder beside `out_dir`, which is then renamed.
+Writing is atomic (`minimind_trl.fsio.build_directory`): everything goes to `.staging-NAME` beside
+`out_dir`, which then replaces `out_dir` by renames (a kill leaves the old export or the new one).
+`write_hub_folder` writes the same files into a folder the caller commits (the run folder's final/).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3MoeConfig
+
+from minimind_trl.fsio import build_directory
 
 from .card import model_card, read_manifest
 from .configuration_minimind import MiniMindConfig
@@ -133,22 +136,40 @@ def _clean_tokenizer_config(folder: Path) -> None:
         _edit_json(folder / "tokenizer_config.json", clean)
 
 
-def _replace_folder(new: Path, target: Path) -> None:
-    """Put `new` at `target` by renames: readers see the old folder, briefly none, or the new one,
-    never a half-written one. An existing `target` is moved aside first and deleted afterwards."""
-    if not target.exists():
-        os.replace(new, target)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.replace(target, old / target.name)
-    try:
-        os.replace(new, target)
-    except OSError:
-        os.replace(old / target.name, target)  # put the previous export back
-        raise
-    finally:
-        if target.exists():  # never delete the previous export while it is not back in place
-            shutil.rmtree(old, ignore_errors=True)
+def write_hub_folder(
+    model: MiniMindForCausalLM,
+    tokenizer,
+    folder: str | os.PathLike,
+    format: str = "minimind",
+    *,
+    manifest: dict | str | os.PathLike | None = None,
+    metrics: dict | None = None,
+    base_model: str | None = None,
+    repo_id: str | None = None,
+    run_manifest: str | os.PathLike | None = None,
+) -> Path:
+    """The files of :func:`save_for_hub` written into the existing folder ``folder`` (no commit).
+
+    ``run_manifest``: the manifest.json consulted when ``manifest`` is None (used only when it is
+    a training run's, i.e. records ``recipe_sha256``)."""
+    writers = {"minimind": _write_minimind, "qwen3": _write_qwen3}
+    if format not in writers:
+        raise ValueError(f"save_for_hub: format must be one of {sorted(writers)} (got {format!r})")
+    if not isinstance(model, MiniMindForCausalLM):
+        raise ValueError(f"save_for_hub: model must be a MiniMindForCausalLM (got {type(model).__name__})")
+    folder = Path(folder)
+    manifest = read_manifest(manifest)
+    if manifest is None and run_manifest is not None and Path(run_manifest).is_file():
+        found = read_manifest(run_manifest)
+        manifest = found if isinstance(found, dict) and "recipe_sha256" in found else None
+    card = model_card(model, format, manifest=manifest, metrics=metrics, base_model=base_model,
+                      repo_id=repo_id or ".", with_tokenizer=tokenizer is not None)
+    writers[format](model, folder)
+    (folder / "README.md").write_text(card, encoding="utf-8")
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+        _clean_tokenizer_config(folder)
+    return folder
 
 
 def save_for_hub(
@@ -167,34 +188,16 @@ def save_for_hub(
     The model card describes the training run of `manifest` (a dict, a manifest.json path or a run
     folder); when it is None and `out_dir` lies in a run folder (its `final/`), that run's manifest.
     `metrics` (name -> value) go into an evaluation table, `base_model` (a Hub id) into the front
-    matter, `repo_id` into the loading example (default ".": run inside the folder).
+    matter, `repo_id` into the loading example (default ".": run inside the folder). The folder is
+    replaced atomically; on an error the previous export is untouched and nothing is left behind.
     """
-    writers = {"minimind": _write_minimind, "qwen3": _write_qwen3}
-    if format not in writers:
-        raise ValueError(f"save_for_hub: format must be one of {sorted(writers)} (got {format!r})")
-    if not isinstance(model, MiniMindForCausalLM):
-        raise ValueError(f"save_for_hub: model must be a MiniMindForCausalLM (got {type(model).__name__})")
     out_dir = Path(out_dir)
-    manifest = read_manifest(manifest)
-    run_manifest = out_dir.parent / "manifest.json"
-    if manifest is None and run_manifest.is_file():
-        found = read_manifest(run_manifest)
-        manifest = found if isinstance(found, dict) and "recipe_sha256" in found else None
-    card = model_card(model, format, manifest=manifest, metrics=metrics, base_model=base_model,
-                      repo_id=repo_id or ".", with_tokenizer=tokenizer is not None)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        writers[format](model, temp)
-        (temp / "README.md").write_text(card, encoding="utf-8")
-        if tokenizer is not None:
-            tokenizer.save_pretrained(temp)
-            _clean_tokenizer_config(temp)
-        _replace_folder(temp, out_dir)
-    finally:
-        if temp.exists():
-            shutil.rmtree(temp)
+    if format not in ("minimind", "qwen3"):  # refuse before touching the file system
+        raise ValueError(f"save_for_hub: format must be one of ['minimind', 'qwen3'] (got {format!r})")
+    with build_directory(out_dir) as staging:
+        write_hub_folder(model, tokenizer, staging, format, manifest=manifest, metrics=metrics, base_model=base_model,
+                         repo_id=repo_id, run_manifest=out_dir.parent / "manifest.json")
     return out_dir
 
 
-__all__ = ["legacy_config_keys", "qwen3_config", "save_for_hub"]
+__all__ = ["legacy_config_keys", "qwen3_config", "save_for_hub", "write_hub_folder"]

@@ -3,12 +3,13 @@
 HF's ``Trainer._save_checkpoint`` writes ``checkpoint-N`` in place, so a kill mid-save leaves a
 half-written folder that ``get_last_checkpoint`` would pick. Here the whole checkpoint (HF's
 files plus one ``rollout_state_{rank}.pt`` per process) is written under
-``.staging-checkpoint-N/`` (``_get_output_dir`` points there while saving), every file is
-fsynced, and only then renamed to ``checkpoint-N``: the previous checkpoint stays the newest
-complete one until the rename. The rollout state (TRL's buffered micro-batches with their frozen
-old log-probs, its micro-step counter and the rollout's figures) makes a resume in the middle of
-a rollout replay exactly the updates an uninterrupted run would take, and
-:class:`EpochReplaySampler` gives a resume in a later epoch the uninterrupted run's prompt order.
+``.staging-checkpoint-N/`` (``_get_output_dir`` points there while saving), then committed as
+``checkpoint-N`` by :func:`minimind_trl.fsio.commit_directory` (every file and folder fsynced, then
+renamed; a checkpoint of the same step is replaced by the aside-and-swap renames): the previous
+checkpoint stays the newest complete one until the rename. The rollout state (TRL's buffered
+micro-batches with their frozen old log-probs, its micro-step counter and the rollout's figures)
+makes a resume in the middle of a rollout replay exactly the updates an uninterrupted run would
+take, and :class:`EpochReplaySampler` gives a resume in a later epoch the uninterrupted run's prompt order.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import shutil
 import torch
 from torch.utils.data import Sampler
 from transformers.trainer_utils import rotate_checkpoints
+
+from minimind_trl.fsio import commit_directory, staging_path
 
 ROLLOUT_STATE = "rollout_state_{rank}.pt"
 
@@ -61,7 +64,7 @@ class AtomicCheckpointMixin:
     def _save_checkpoint(self, model, trial) -> None:
         run_dir = super()._get_output_dir(trial)
         name = f"checkpoint-{self.state.global_step}"
-        staging = os.path.join(run_dir, f".staging-{name}")
+        staging = str(staging_path(os.path.join(run_dir, name)))
         if self.args.should_save:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
@@ -73,7 +76,7 @@ class AtomicCheckpointMixin:
         self._save_rollout_state(os.path.join(staging, name))
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            commit_folder(os.path.join(staging, name), os.path.join(run_dir, name))
+            commit_directory(os.path.join(staging, name), os.path.join(run_dir, name))
             shutil.rmtree(staging, ignore_errors=True)
             rotate_checkpoints(run_dir, save_total_limit=self.args.save_total_limit)
         self.accelerator.wait_for_everyone()
@@ -109,23 +112,3 @@ class AtomicCheckpointMixin:
                 for batch in state["buffered_inputs"]
             ]
 
-
-def commit_folder(staged: str, final: str) -> None:
-    """fsync every file of ``staged``, then move it to ``final`` (replacing an older one)."""
-    for root, _, files in os.walk(staged):
-        for name in files:
-            with open(os.path.join(root, name), "rb") as handle:
-                os.fsync(handle.fileno())
-    if os.path.exists(final):
-        old = final + ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-        os.replace(staged, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staged, final)
-    directory = os.open(os.path.dirname(final) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -1,28 +1,20 @@
 """Run folders: refusal to overwrite, manifest, status, resume, final weights, stop on non-finite.
 
-Layout of ``RUN_DIR``::
-
-    manifest.json        resolved recipe and training arguments, versions, git commit, data and
-                         initial-model hashes, seed, world size, resume history (written at start)
-    status.json          {"state": "running" | "completed" | "stopped", ...} (atomic)
-    metrics.jsonl        one record per optimizer step (GRPO; see docs/recipes.md)
-    initial_model/       the starting weights in Hub format (the reference model loads from here)
-    checkpoint-N/        Trainer checkpoints, each written in .staging-checkpoint-N/ then renamed
-    final/               Hub-format weights + tokenizer of the last step (written atomically)
-    adapter/             with a ``peft`` section: the LoRA adapter (PEFT format); final/ holds it merged
-
-Every file that matters is written atomically; a killed run leaves the previous checkpoint
-loadable and at most a torn last line in ``metrics.jsonl`` (cut back on resume). A start that
-fails or is killed before ``manifest.json`` exists leaves nothing that blocks a re-run: a failed
-start empties the folder, and a killed start's ``initial_model/`` is removed by the next run.
-``final/`` is replaced by renames (new folder staged, old one moved aside, new one moved in, old
-one deleted); leftovers of a killed replacement are removed when the run resumes.
+The folder's layout, states and reading are :mod:`minimind_trl.trainer.run_folder` (:class:`RunFolder`);
+this module writes it. Every file that matters is written atomically and every folder (checkpoints,
+``initial_model/``, ``final/``, ``adapter/``) is committed whole by
+:func:`minimind_trl.fsio.commit_directory`: built in ``.staging-NAME``, the old folder renamed to
+``.old-NAME``, the new one renamed in, the old one deleted. A kill at any point leaves the old or the
+new folder (between the renames the old one waits under ``.old-NAME``, and the next resume or reader
+moves it back); a killed run leaves the previous checkpoint loadable and at most a torn last line in
+``metrics.jsonl`` (cut back on resume). A start that fails or is killed before ``manifest.json``
+exists leaves nothing that blocks a re-run: a failed start empties the folder, and a killed start's
+``initial_model/`` is removed by the next run.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import shutil
@@ -35,20 +27,37 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from minimind_trl.data.manifest import write_json_atomic
+from minimind_trl.fsio import (
+    build_directory,
+    commit_directory,
+    read_json_file,
+    remove_tree,
+    staging_path,
+    write_json_atomic,
+)
+from minimind_trl.modeling.hub import write_hub_folder
+from minimind_trl.modeling.modeling_minimind import MiniMindForCausalLM
 from minimind_trl.trainer.callbacks import truncate_metrics
-from minimind_trl.trainer.checkpoints import commit_folder
+from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.recipe import one_line
+from minimind_trl.trainer.run_folder import (
+    ADAPTER,
+    FINAL_MODEL,
+    INITIAL_MODEL,
+    MANIFEST,
+    SAVE_LEFTOVERS,
+    START_LEFTOVERS,
+    STATUS,
+    RunFolder,
+    checkpoint_step,
+)
 
-MANIFEST = "manifest.json"
-STATUS = "status.json"
-INITIAL_MODEL = "initial_model"
-FINAL_MODEL = "final"
-ADAPTER = "adapter"
-START_LEFTOVERS = {INITIAL_MODEL, f".staging-{INITIAL_MODEL}"}  # all a start writes before its manifest
-# leftovers of a killed save: staging folders, save_for_hub's temporary and moved-aside copies
-_SAVE_LEFTOVERS = (".staging-*", "..staging-*.tmp", f".{FINAL_MODEL}.*.tmp", f".{FINAL_MODEL}.old-*",
-                   f"{FINAL_MODEL}.old", f"{ADAPTER}.old")
+__all__ = [  # layout names re-exported for importers of this module (they live in run_folder)
+    "ADAPTER", "FINAL_MODEL", "INITIAL_MODEL", "MANIFEST", "START_LEFTOVERS", "STATUS", "CheckFiniteWeights",
+    "RunFolderError", "StopAtMaxSteps", "abort_start", "apply_umask", "checkpoint_step", "completed_run",
+    "git_state", "merged_model", "now", "package_versions", "prepare_run_dir", "read_status", "run_training",
+    "save_final_model", "save_initial_model", "write_manifest", "write_status",
+]
 _PACKAGES = (
     "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "deepspeed", "peft", "minimind-trl",
 )
@@ -69,7 +78,8 @@ def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
     (:data:`START_LEFTOVERS`, removed). ``resume`` needs a folder with a manifest (an existing
     folder holding no started run is started); it resumes from the newest complete checkpoint
     (leftovers of a killed save are removed) and cuts ``metrics.jsonl`` back to that
-    checkpoint's step. Call on the main process only.
+    checkpoint's step. Folders a kill left moved aside mid-commit are moved back first
+    (:meth:`RunFolder.recover`). Call on the main process only.
     """
     run_dir = Path(run_dir)
     not_started = run_dir.is_dir() and not (run_dir / MANIFEST).is_file() \
@@ -88,16 +98,14 @@ def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
         return None
     if not (run_dir / MANIFEST).is_file():
         raise RunFolderError(f"--resume: {run_dir} has no {MANIFEST}; there is no run to resume")
-    for pattern in _SAVE_LEFTOVERS:
+    folder = RunFolder(run_dir)
+    folder.recover()
+    for pattern in SAVE_LEFTOVERS:
         for leftover in run_dir.glob(pattern):
             shutil.rmtree(leftover, ignore_errors=True)
     checkpoint = get_last_checkpoint(str(run_dir))
-    truncate_metrics(run_dir / "metrics.jsonl", checkpoint_step(checkpoint) if checkpoint else 0)
+    truncate_metrics(folder.metrics_path, checkpoint_step(checkpoint) if checkpoint else 0)
     return checkpoint
-
-
-def checkpoint_step(checkpoint: str | os.PathLike) -> int:
-    return int(Path(checkpoint).name.rsplit("-", 1)[1])
 
 
 def abort_start(run_dir: str | os.PathLike) -> None:
@@ -115,15 +123,11 @@ def abort_start(run_dir: str | os.PathLike) -> None:
 def completed_run(run_dir: str | os.PathLike, recipe_sha: str) -> dict[str, Any] | None:
     """The status of a completed run in ``run_dir`` (None if it is not one); its recipe must be
     ``recipe_sha`` (else RunFolderError naming the sections that differ)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / MANIFEST).is_file() or not (run_dir / STATUS).is_file() \
-            or not (run_dir / FINAL_MODEL / "config.json").is_file():
+    folder = RunFolder(run_dir)
+    if not folder.status_path.is_file() or folder.state() != "completed":
         return None
     status = read_status(run_dir)
-    if status.get("state") != "completed":
-        return None
-    with open(run_dir / MANIFEST, encoding="utf-8") as handle:
-        _check_same_recipe(json.load(handle), recipe_sha, None)
+    _check_same_recipe(folder.manifest(), recipe_sha, None)
     return status
 
 
@@ -154,8 +158,6 @@ class CheckFiniteWeights(TrainerCallback):
     the loss and the gradient were finite (learning rate 1e38)."""
 
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
-        from minimind_trl.trainer.grpo_trainer import NonFiniteStateError
-
         params = [p for p in model.parameters() if p.numel()] if model is not None else []
         if params and not bool(torch.stack([torch.isfinite(p).all().to(params[0].device) for p in params]).all()):
             raise NonFiniteStateError(f"the weights are not finite after the optimizer step of step "
@@ -219,8 +221,7 @@ def write_manifest(run_dir: str | os.PathLike, manifest: dict[str, Any], resumed
         manifest = {**manifest, "created": now(), "resumes": []}
         write_json_atomic(path, manifest)
         return manifest
-    with open(path, encoding="utf-8") as handle:
-        previous = json.load(handle)
+    previous = read_json_file(path)
     _check_same_recipe(previous, manifest.get("recipe_sha256"), manifest.get("recipe", {}))
     event = {"time": now(), "checkpoint": resumed_from, "world_size": manifest.get("world_size"),
              "command": manifest.get("command"), "git": manifest.get("git")}
@@ -234,8 +235,8 @@ def write_status(run_dir: str | os.PathLike, state: str, **info: Any) -> None:
 
 
 def read_status(run_dir: str | os.PathLike) -> dict[str, Any]:
-    with open(Path(run_dir) / STATUS, encoding="utf-8") as handle:
-        return json.load(handle)
+    """``status.json`` (raises when it is missing or malformed; :meth:`RunFolder.status` does not)."""
+    return read_json_file(Path(run_dir) / STATUS)
 
 
 def save_initial_model(model, folder: str | os.PathLike) -> Path:
@@ -244,41 +245,27 @@ def save_initial_model(model, folder: str | os.PathLike) -> Path:
     TRL builds the reference model (beta > 0) from ``config._name_or_path``.
     """
     folder = Path(folder)
-    staging = _staging(folder)
-    model.save_pretrained(staging)
-    _commit(staging, folder)
+    with build_directory(folder) as staging:
+        model.save_pretrained(staging)
+        apply_umask(staging)
     model.config._name_or_path = str(folder)
     model.name_or_path = str(folder)
     return folder
 
 
 def save_final_model(model, tokenizer, folder: str | os.PathLike) -> Path:
-    """Hub-format weights and tokenizer, atomically (MiniMind via ``save_for_hub``)."""
-    from minimind_trl.modeling import MiniMindForCausalLM, save_for_hub
-
+    """Hub-format weights and tokenizer, committed whole (MiniMind via ``write_hub_folder``, the
+    files of ``save_for_hub``; the model card reads the run's manifest beside ``folder``)."""
     folder = Path(folder)
-    staging = _staging(folder)
-    if isinstance(model, MiniMindForCausalLM):
-        save_for_hub(model, tokenizer, staging, format="minimind")
-    else:
-        model.save_pretrained(staging)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(staging)
-    _commit(staging, folder)
+    with build_directory(folder) as staging:
+        if isinstance(model, MiniMindForCausalLM):
+            write_hub_folder(model, tokenizer, staging, format="minimind", run_manifest=folder.parent / MANIFEST)
+        else:
+            model.save_pretrained(staging)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+        apply_umask(staging)
     return folder
-
-
-def _staging(folder: Path) -> Path:
-    staging = folder.with_name(f".staging-{folder.name}")
-    shutil.rmtree(staging, ignore_errors=True)
-    return staging
-
-
-def _commit(staging: Path, folder: Path) -> None:
-    """Modes from the umask, then the rename swap of :func:`commit_folder` (never rmtree first:
-    a kill leaves the old folder, the new one, or both, and the next resume cleans up)."""
-    apply_umask(staging)
-    commit_folder(str(staging), str(folder))
 
 
 def merged_model(model, run_dir: str | os.PathLike):
@@ -286,10 +273,9 @@ def merged_model(model, run_dir: str | os.PathLike):
     weights, so ``final/`` is always a complete Hub-format model; other models pass through."""
     if not hasattr(model, "merge_and_unload"):
         return model
-    adapter = Path(run_dir) / ADAPTER
-    staging = _staging(adapter)
-    model.save_pretrained(staging)
-    _commit(staging, adapter)
+    with build_directory(RunFolder(run_dir).adapter_dir) as staging:
+        model.save_pretrained(staging)
+        apply_umask(staging)
     return model.merge_and_unload()
 
 
@@ -303,8 +289,6 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
     a non-finite sampling distribution in the next rollout stop the same way, but the broken
     state is not saved: ``checkpoint`` is the newest complete one (None: ``initial_model/``).
     """
-    from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
-
     main = trainer.accelerator.is_main_process
     if main:
         write_status(run_dir, "running", resumed_from=resume_from, pid=os.getpid())
@@ -336,16 +320,17 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
             write_status(run_dir, "stopped", reason=str(exc), step=step, checkpoint=checkpoint)
         raise
     trainer.accelerator.wait_for_everyone()
-    final = Path(run_dir) / FINAL_MODEL
+    final = RunFolder(run_dir).final_dir
     if getattr(trainer, "is_deepspeed_enabled", False):  # ZeRO-3 shards: every process takes part
-        staging = final.with_name(f".staging-{final.name}")
+        staging = staging_path(final)
         if main:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
         trainer.accelerator.wait_for_everyone()
         trainer.save_model(str(staging))
         if main:
             trainer.processing_class.save_pretrained(staging)
-            _commit(staging, final)
+            apply_umask(staging)
+            commit_directory(staging, final)
     elif main:
         save_final_model(merged_model(trainer.accelerator.unwrap_model(trainer.model), run_dir),
                          trainer.processing_class, final)
