@@ -19,7 +19,7 @@ __all__ = [
     "EVAL_METRICS_FILE",
     "EvalLogCallback",
     "LogHistoryCallback",
-    "MetricsWriter",  # re-export: importers move in the final pass (recorder.MetricsWriter)
+    "MetricsWriter",
     "read_metrics",  # re-export: importers move in the final pass (recorder.read_metrics)
     "truncate_metrics",  # re-export: importers move in the final pass (recorder.truncate_metrics)
 ]
