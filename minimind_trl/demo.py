@@ -59,8 +59,8 @@ from minimind_trl.data import generate_tasks, prepare_splits
 from minimind_trl.data.drills import copy_drills
 from minimind_trl.data.gold import gold_file_rows
 from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.tokenization.default_corpus import default_corpus
 
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
 # --ablation: the 2x2's other two cells as recipe overrides (GRPO is z-score x per-sequence mean,
