@@ -24,11 +24,15 @@ metric ``tool_malformed_per_trajectory``, the evaluation records and the rewards
   iff the parse gave calls; from text alone (`turn_malformed_calls` with ``read_as_text=None``) iff
   its reply has ``<tool_call>`` blocks and none of them is malformed (`minimind_trl.envs.parsing`
   defines a malformed block: bad JSON, no name, non-object arguments, an unclosed ``<tool_call>``,
-  a ``</tool_call>`` without opening tag);
+  a ``</tool_call>`` without opening tag). TRL's parser accepts a few blocks that grammar calls
+  malformed (an empty name, non-object arguments, a stray ``</tool_call>`` after a good call):
+  in training and evaluation such a turn is a call turn (its calls run, the odd ones fail), so
+  only the text-alone reading differs there;
 * a plain-text turn's malformed calls are *all* ``<tool_call>`` blocks of its reply, good or bad
   (a reply with any malformed block parses as plain text, so none of its calls runs); a call turn
   has none. The reply is the text after the turn's last ``</think>`` (`reply_text`): blocks in the
-  reasoning are not calls;
+  reasoning are not calls. One gap remains: a turn cut by the length budget is counted by this
+  rule in training (TRL parses it) but not by the evaluation rollout, which never parses it;
 * an observation is an error iff it is our tools' ``{"error": ...}`` JSON or TRL's
   ``{'error': ...}`` repr (`is_error_observation`).
 
