@@ -178,7 +178,7 @@ def test_the_cli_reports_a_bad_base_in_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_the_manifest_records_the_resolved_recipe_of_a_based_file(tmp_path):
+def test_the_manifest_records_the_resolved_recipe_of_a_based_file(tmp_path, capsys):
     tasks = generate_tasks(4, seed=5)
     write_jsonl_atomic(tmp_path / "sft" / "train.jsonl", [gold_trajectory(t, default_registry()) for t in tasks])
     write(tmp_path / "base.yaml", {
@@ -197,6 +197,12 @@ def test_the_manifest_records_the_resolved_recipe_of_a_based_file(tmp_path):
     assert manifest["recipe"] == expected and "base" not in manifest["recipe"]
     assert manifest["recipe"]["training"]["learning_rate"] == 5e-4 and manifest["recipe"]["training"]["max_steps"] == 2
     assert manifest["recipe_sha256"] == recipe_sha256(expected)
+    # the base is part of the recipe: a changed base is a different recipe, which --resume refuses
+    base = yaml.safe_load((tmp_path / "base.yaml").read_text())
+    write(tmp_path / "base.yaml", {**base, "sft": {"max_length": 1024}})
+    args = [str(child), "--output-dir", str(tmp_path / "run"), "--set", overrides[0], "--resume"]
+    assert cli.main(args) == 2
+    assert "--resume: the recipe differs from the run's manifest" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------- the kinds
