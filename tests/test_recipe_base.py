@@ -299,3 +299,17 @@ def test_the_manifest_objective_is_the_kind_s(tmp_path):
     config = get_kind("grpo").make_config(recipe, str(tmp_path / "run"), 1)
     assert get_kind("grpo").manifest_objective(config) == config.objective_dict()
     assert get_kind("sft").manifest_objective(config) is None
+
+
+def test_each_kind_builds_its_dataset_from_split_rows():
+    tasks = generate_tasks(3, seed=2)
+    grpo = validate_recipe({**GRPO, "rollout": {"thinking_ratio": 0.0}})
+    rows = get_kind("grpo").make_dataset(grpo, tasks, None)
+    assert rows.column_names == ["prompt", "gt", "id", "open_thinking"] and len(rows) == 3
+    assert [m["role"] for m in rows[0]["prompt"]] == ["system", "user"]
+    distill = validate_recipe({"kind": "distill", "model": {"preset": "tiny"}, "data": {"path": "d"},
+                               "distill": {"teacher_path": "t"}})
+    prompts = get_kind("distill").make_dataset(distill, tasks, None)
+    assert prompts.column_names == ["prompt"] and prompts[0]["prompt"][-1]["role"] == "user"
+    with pytest.raises(RecipeError, match="needs 'conversations' and 'gt'"):
+        get_kind("grpo").make_dataset(grpo, [{"conversations": []}], None)
