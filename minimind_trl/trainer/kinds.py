@@ -37,9 +37,9 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM
 from trl import DistillationConfig, DistillationTrainer, DPOConfig, DPOTrainer, SFTConfig
 
+from minimind_trl.conversation import prompt_turns, task_prompt
 from minimind_trl.data.formats import conversations_to_messages
 from minimind_trl.envs.environment import _tool_method, install_parse_guard, make_environment_class, with_open_thinking
-from minimind_trl.envs.rollout import task_messages
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfig
 from minimind_trl.plugins import load_object
@@ -333,12 +333,10 @@ def grpo_dataset(rows: list[dict], thinking_ratio: float, seed: int) -> Dataset:
     for i, row in enumerate(rows):
         if "conversations" not in row or "gt" not in row:
             raise RecipeError(f"data row {i} ({row.get('id')}): a GRPO task row needs 'conversations' and 'gt'")
-        # The prompt keeps the system turn's `tools` JSON string: training renders exactly the tools
-        # the task offers, as evaluation does (the environment falls back to all registry tools
-        # only for a prompt without one).
-        prompt = [{k: v for k, v in m.items() if v is not None} for m in row["conversations"]]
-        if prompt and prompt[-1].get("role") == "assistant" and not prompt[-1].get("content"):
-            prompt = prompt[:-1]
+        # The prompt (the one task-prompt rule: trailing empty assistant placeholders dropped) keeps
+        # the system turn's `tools` JSON string: training renders exactly the tools the task offers,
+        # as evaluation does (the environment falls back to all registry tools only for a prompt without one).
+        prompt = prompt_turns(row["conversations"])
         out.append({"prompt": prompt, "gt": json.dumps(row["gt"], ensure_ascii=False), "id": str(row.get("id", i))})
     return Dataset.from_list(with_open_thinking(out, ratio=thinking_ratio, seed=seed))
 
@@ -551,7 +549,7 @@ def distill_dataset(rows: list[dict]) -> Dataset:
     for i, row in enumerate(rows):
         if "conversations" not in row:
             raise RecipeError(f"data row {i} ({row.get('id')}): a distillation prompt row needs 'conversations'")
-        out.append({"prompt": task_messages(row)[0]})
+        out.append({"prompt": task_prompt(row)[0]})
     return Dataset.from_list(out)
 
 
