@@ -37,7 +37,8 @@ from minimind_trl.fsio import (
     read_json_file,
 )
 
-__all__ = [  # the reader's names are re-exported: importers may keep using this module
+# re-export: importers move in the final pass (the reader and its errors live in minimind_trl.fsio)
+__all__ = [
     "FAILURE_KINDS", "MAX_GT_MAGNITUDE", "MAX_JSON_DEPTH", "MAX_JSON_FILE_BYTES", "MAX_LINE_BYTES", "ROLES",
     "DataError", "DataFormatError", "GenerationError", "check_json_value", "count_blank_lines", "iter_jsonl",
     "iter_jsonl_lines", "iter_jsonl_objects", "loads_json", "parse_jsonl_line", "parse_tools", "read_json_file",

@@ -52,7 +52,8 @@ from minimind_trl.trainer.run_folder import (
     checkpoint_step,
 )
 
-__all__ = [  # layout names re-exported for importers of this module (they live in run_folder)
+# re-export: importers move in the final pass (the layout names live in trainer/run_folder.py)
+__all__ = [
     "ADAPTER", "FINAL_MODEL", "INITIAL_MODEL", "MANIFEST", "START_LEFTOVERS", "STATUS", "CheckFiniteWeights",
     "RunFolderError", "StopAtMaxSteps", "abort_start", "apply_umask", "checkpoint_step", "completed_run",
     "git_state", "merged_model", "now", "package_versions", "prepare_run_dir", "read_status", "run_training",
