@@ -104,7 +104,7 @@ def grpo_run(ctx: Context, tag: str, steps: int, sets: list[str]) -> dict[str, A
     recipe and ``sets``; returns its step breakdown, metrics records and the trainer's settings."""
     run_dir = ctx.work / tag
     seen: dict[str, Any] = {}
-    original = build.build_grpo_trainer
+    original = build.build_trainer
 
     def capture(*args: Any, **kwargs: Any) -> Any:
         trainer = original(*args, **kwargs)
@@ -121,12 +121,12 @@ def grpo_run(ctx: Context, tag: str, steps: int, sets: list[str]) -> dict[str, A
             *(["--threads", str(ctx.threads)] if ctx.threads else [])]
     for item in base + sets:
         argv += ["--set", item]
-    build.build_grpo_trainer = capture
+    build.build_trainer = capture
     tempdir, tempfile.tempdir = tempfile.tempdir, str(ctx.work)  # step_breakdown's data folder: ours to delete
     try:
         payload = step_breakdown.main(argv)
     finally:
-        build.build_grpo_trainer, tempfile.tempdir = original, tempdir
+        build.build_trainer, tempfile.tempdir = original, tempdir
     records = read_metrics(run_dir / "metrics.jsonl")
     update0 = [r["max_abs_log_ratio"] for r in records if r.get("update") == 0]
     keys = ("step", "rollout", "update", "max_abs_log_ratio", "ratio_min", "ratio_max", "clip_fraction", "loss",

@@ -272,21 +272,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if recipe["kind"] != "grpo":
             raise SystemExit(f"step_breakdown: the recipe is of kind {recipe['kind']!r}; a GRPO recipe is needed")
         clock = StepClock()
-        original = build.build_grpo_trainer
+        original = build.build_trainer
 
         def instrumented(*a: Any, **k: Any) -> Any:
             return clock.attach(original(*a, **k))
 
         device = torch.device("cuda" if torch.cuda.is_available() and not recipe["training"].get("use_cpu")
                               else "cpu")
-        build.build_grpo_trainer = instrumented
+        build.build_trainer = instrumented
         try:
             started = time.perf_counter()
             with PeakMemory(device) as memory:
                 train(recipe, str(run_dir), False, ["benchmarks/step_breakdown.py", *(argv or sys.argv[1:])])
             total_wall = time.perf_counter() - started
         finally:
-            build.build_grpo_trainer = original
+            build.build_trainer = original
         metrics_file = run_dir / "metrics.jsonl"
         records = read_metrics(metrics_file) if metrics_file.is_file() else []
         fields = sorted({k for r in records for k in r})
