@@ -25,7 +25,9 @@ The checks:
     top; a lazy import that hides a circle is a circle); the same for any other module
     (third-party, standard library);
 (c) at most one arrow that runs back up ``LAYERS`` below: an arrow from a module of layer i to a
-    module of layer j > i (counted once per pair of layers, with the module arrows listed).
+    module of layer j > i (counted once per pair of layers, with the module arrows listed);
+(d) every module is in a layer (a new module is placed in the order by whoever adds it), and no
+    module imports an area's command module (what puts those in the top layer).
 
 The layer order (lowest first), from the real dependencies of the finished restructuring:
 
