@@ -20,33 +20,18 @@ from minimind_trl.data.manifest import sha256_file, verify_manifest
 from minimind_trl.data.validation import DataError, DataFormatError, iter_jsonl_objects
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, load_native_checkpoint
 from minimind_trl.tokenization import load_tokenizer
-from minimind_trl.trainer.kinds import (  # re-export: importers move in the final pass (tests, benchmarks)
-    build_distill_trainer,
-    build_dpo_trainer,
-    build_grpo_trainer,
-    build_registry,
-    build_sft_trainer,
-    distill_config,
-    distill_dataset,
-    distill_tools,
-    dpo_config,
-    dpo_dataset,
+from minimind_trl.trainer.kinds import (
+    build_distill_trainer,  # re-export: importers move in the final pass (tests/test_environment.py)
+    build_grpo_trainer,  # re-export: importers move in the final pass (benchmarks/device_check.py, step_breakdown.py)
+    distill_config,  # re-export: importers move in the final pass (tests/test_environment.py)
     get_kind,
-    grpo_config,
-    grpo_dataset,
-    peft_config,
-    sft_config,
-    sft_dataset,
 )
 from minimind_trl.trainer.recipe_schema import MODEL_DTYPES, RecipeError, one_line, recipe_key
 
 __all__ = [
     "build_model", "build_tokenizer", "build_trainer", "check_plugins", "load_eval_split", "load_split", "recipe_key",
     "training_config", "world_size",
-    # re-exported from minimind_trl.trainer.kinds
-    "build_distill_trainer", "build_dpo_trainer", "build_grpo_trainer", "build_registry",
-    "build_sft_trainer", "distill_config", "distill_dataset", "distill_tools", "dpo_config", "dpo_dataset",
-    "grpo_config", "grpo_dataset", "peft_config", "sft_config", "sft_dataset",
+    "build_distill_trainer", "build_grpo_trainer", "distill_config",  # re-exported from minimind_trl.trainer.kinds
 ]
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # what from_pretrained may look up on the Hub
