@@ -22,7 +22,6 @@ from minimind_trl.modeling import MiniMindForCausalLM, get_preset, load_native_c
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.kinds import (
     build_distill_trainer,  # re-export: importers move in the final pass (tests/test_environment.py)
-    build_grpo_trainer,  # re-export: importers move in the final pass (benchmarks/device_check.py, step_breakdown.py)
     distill_config,  # re-export: importers move in the final pass (tests/test_environment.py)
     get_kind,
 )
@@ -31,7 +30,7 @@ from minimind_trl.trainer.recipe_schema import MODEL_DTYPES, RecipeError, one_li
 __all__ = [
     "build_model", "build_tokenizer", "build_trainer", "check_plugins", "load_eval_split", "load_split", "recipe_key",
     "training_config", "world_size",
-    "build_distill_trainer", "build_grpo_trainer", "distill_config",  # re-exported from minimind_trl.trainer.kinds
+    "build_distill_trainer", "distill_config",  # re-exported from minimind_trl.trainer.kinds
 ]
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # what from_pretrained may look up on the Hub
