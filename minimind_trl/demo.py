@@ -49,7 +49,6 @@ import dataclasses
 import json
 import random
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -58,9 +57,12 @@ from pathlib import Path
 from minimind_trl.data import generate_tasks, prepare_splits
 from minimind_trl.data.drills import copy_drills
 from minimind_trl.data.gold import gold_file_rows
-from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
+from minimind_trl.fsio import sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.subprocess_runner import CommandFailed, run_cli
+from minimind_trl.trainer.run_folder import RunFolder
 
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
 # --ablation: the 2x2's other two cells as recipe overrides (GRPO is z-score x per-sequence mean,
@@ -123,21 +125,12 @@ def _log(message: str) -> None:
 
 
 def _run(args: list[str], log_file: Path) -> None:
-    """Run ``minimind-trl ARGS`` in a child process, its output teed to ``log_file``."""
-    command = [sys.executable, "-m", "minimind_trl.cli", *args]
+    """Run ``minimind-trl ARGS`` in a child process, its output teed to ``log_file`` (rewritten)."""
     _log("$ minimind-trl " + " ".join(args))
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "w", encoding="utf-8") as log:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   bufsize=1)
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            if not line.startswith(("[20", "  warnings.warn")):  # drop DeepSpeed/transformers chatter
-                sys.stdout.write("    " + line)
-        code = process.wait()
-    if code != 0:
-        raise DemoError(f"`minimind-trl {args[0]}` failed with exit code {code}; see {log_file}")
+    try:
+        run_cli(args, log_file, append=False, header=False, echo=True, check=True)
+    except CommandFailed as exc:
+        raise DemoError(str(exc)) from None
 
 
 def _stage_done(path: Path, marker: str) -> bool:
@@ -159,10 +152,7 @@ def _check_fresh(path: Path, resume: bool, marker: str) -> bool:
 
 
 def _training_done(run_dir: Path) -> bool:
-    status = run_dir / "status.json"
-    if not status.is_file():
-        return False
-    return json.loads(status.read_text(encoding="utf-8")).get("state") == "completed"
+    return RunFolder(run_dir).state() == "completed"
 
 
 def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
@@ -228,7 +218,7 @@ def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume
     if _training_done(run_dir):
         if resume:
             _log(f"{name}: already trained, skipping")
-            return run_dir / "final"
+            return RunFolder(run_dir).final_dir
         raise DemoError(f"{run_dir} already holds a finished run; use --resume or a new --output-dir")
     args = ["train", str(recipe), "--output-dir", str(run_dir)]
     for item in overrides:
@@ -238,14 +228,14 @@ def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume
             raise DemoError(f"{run_dir} is not empty; use --resume or a new --output-dir")
         args.append("--resume")
     _run(args, out / "logs" / f"train_{name}.log")
-    return run_dir / "final"
+    return RunFolder(run_dir).final_dir
 
 
 def stage_eval(out: Path, name: str, checkpoint: Path, splits: Path, tokenizer: Path, size: DemoSize,
                resume: bool, split: str = "test") -> Path:
     """Frozen greedy evaluation of ``checkpoint`` on ``split`` into ``out/eval/NAME``."""
     folder = out / "eval" / name
-    if _check_fresh(folder, resume, "eval_manifest.json"):
+    if _check_fresh(folder, resume, EVAL_MANIFEST):
         _log(f"eval {name}: already done, skipping")
         return folder
     _run(["eval", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--split-dir", str(splits),
@@ -407,7 +397,7 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     evals = {}
     for run, ckpt in checkpoints.items():
         def work(run=run, ckpt=ckpt):
-            done = resume and _stage_done(out / "eval" / run, "eval_manifest.json")
+            done = resume and EvalFolder(out / "eval" / run).is_complete()
             return stage_eval(out, run, ckpt, splits, tokenizer, size, resume), not done
         evals[run] = _timed(timings, f"eval_{run}", work)
     summary_dir = out / "summary"
