@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 
-from minimind_trl.conversation import encode_tool_calls
+from minimind_trl.conversation import encode_tool_calls, prompt_turns
 from minimind_trl.data import templates as T
 from minimind_trl.data.formats import decode_tool_calls
-from minimind_trl.data.manifest import sha256_text
-from minimind_trl.data.validation import DataError, DataFormatError, iter_jsonl, validate_task_row
+from minimind_trl.data.validation import validate_task_row
+from minimind_trl.fsio import DataError, DataFormatError, iter_jsonl, sha256_text
 
 MAX_TOOL_TURNS = 3
 
@@ -69,10 +69,7 @@ def gold_trajectory(task: dict, registry) -> dict:
     groups = [[call] for call in calls] if meta.get("op_type") == "chain" else [calls]
     if len(groups) > MAX_TOOL_TURNS:
         raise DataError(f"task {task_id}: needs {len(groups)} tool turns, more than {MAX_TOOL_TURNS}")
-    prompt = [{k: v for k, v in turn.items() if v is not None} for turn in task["conversations"]]
-    if prompt and prompt[-1]["role"] == "assistant" and not prompt[-1].get("content"):
-        prompt = prompt[:-1]
-    conversations, values = list(prompt), []
+    conversations, values = prompt_turns(task["conversations"]), []
     for group in groups:
         conversations.append({"role": "assistant", "content": "", "tool_calls": encode_tool_calls(group)})
         for call in group:
