@@ -57,9 +57,9 @@ from _common import REPO, _jsonable, build_model, environment, print_table, prin
 from transformers.utils import is_flash_attn_2_available, is_flash_attn_3_available  # noqa: E402
 
 from minimind_trl.trainer import build  # noqa: E402
-from minimind_trl.trainer.callbacks import read_metrics  # noqa: E402
 from minimind_trl.trainer.config import MiniMindGRPOConfig  # noqa: E402
 from minimind_trl.trainer.recipe import SCHEMA  # noqa: E402
+from minimind_trl.trainer.recorder import read_metrics  # noqa: E402
 
 SECTIONS = ("environment", "bf16_update0", "attention", "grpo_64m", "rollout", "update", "policy_pass", "mfu",
             "engines")

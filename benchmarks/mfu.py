@@ -45,8 +45,9 @@ from _common import (  # noqa: E402
 )
 from trl.trainer.utils import add_fused_lm_head  # noqa: E402
 
+from minimind_trl.conversation import task_prompt  # noqa: E402
 from minimind_trl.data import generate_tasks  # noqa: E402
-from minimind_trl.envs.rollout import prompt_ids_for, task_messages  # noqa: E402
+from minimind_trl.envs.protocol import prompt_ids_for  # noqa: E402
 from minimind_trl.envs.tools import default_registry  # noqa: E402
 from minimind_trl.objectives import ObjectiveConfig  # noqa: E402
 from minimind_trl.tokenization import load_tokenizer  # noqa: E402
@@ -80,7 +81,7 @@ def measure_rollout(preset: str, device: torch.device, dtype: torch.dtype, args:
     tokenizer, registry = load_tokenizer(), default_registry()
     model, info = build_model(preset, device, dtype, seed=args.seed)
     tasks = generate_tasks(args.batch_size, args.seed)
-    prompts = [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
+    prompts = [prompt_ids_for(tokenizer, *task_prompt(task)) for task in tasks]
     scripts = [[tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
                 for text in bench.turn_scripts(task, registry, args.tool_turns, 0)] for task in tasks]
     n = info["active_parameters"]

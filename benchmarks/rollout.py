@@ -59,10 +59,12 @@ from _common import (  # noqa: E402
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
 from trl.chat_template_utils import parse_response  # noqa: E402
 
+from minimind_trl.conversation import task_prompt  # noqa: E402
 from minimind_trl.data import generate_tasks, gold_trajectory  # noqa: E402
 from minimind_trl.demo import TASK_FILTER  # noqa: E402
 from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class  # noqa: E402
-from minimind_trl.envs.rollout import prompt_ids_for, rollout, task_messages, tool_turn_ids  # noqa: E402
+from minimind_trl.envs.protocol import prompt_ids_for, tool_turn_ids  # noqa: E402
+from minimind_trl.envs.rollout import rollout  # noqa: E402
 from minimind_trl.envs.tools import default_registry  # noqa: E402
 from minimind_trl.tokenization import load_tokenizer  # noqa: E402
 
@@ -213,7 +215,7 @@ def naive_rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: Any, 
     out = []
     with torch.no_grad():
         for task in tasks:
-            messages, tools = task_messages(task)
+            messages, tools = task_prompt(task)
             prompt = prompt_ids_for(tokenizer, messages, tools)
             completion: list[int] = []
             action: list[int] = []
@@ -337,7 +339,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     def workload(mix: str) -> tuple[list[dict], list[list[int]]]:
         tasks = generate_tasks(num_tasks, args.seed, **(TASK_FILTER if mix == "demo" else {}))
-        return tasks, [prompt_ids_for(tokenizer, *task_messages(task)) for task in tasks]
+        return tasks, [prompt_ids_for(tokenizer, *task_prompt(task)) for task in tasks]
 
     def scripts_for(tasks: list[dict], turns: int) -> list[list[list[int]]]:
         out = []

@@ -51,9 +51,9 @@ from transformers import TrainerCallback  # noqa: E402
 from minimind_trl.data import generate_tasks  # noqa: E402
 from minimind_trl.data.splits import prepare_splits  # noqa: E402
 from minimind_trl.trainer import build  # noqa: E402
-from minimind_trl.trainer.callbacks import read_metrics  # noqa: E402
 from minimind_trl.trainer.cli import train  # noqa: E402
 from minimind_trl.trainer.recipe import load_recipe, validate_recipe  # noqa: E402
+from minimind_trl.trainer.recorder import read_metrics  # noqa: E402
 
 TARGET_TOLERANCE = 0.05
 TRAINER_FIELDS = ("rollout_seconds", "old_logp_seconds", "update_seconds")

@@ -24,9 +24,9 @@ import torch
 
 from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.eval.errors import EvalError
-from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl
 from minimind_trl.eval.metrics import METRIC_DIR, metric_inputs
 from minimind_trl.eval.runner import EvalSettings, evaluate_tasks
+from minimind_trl.fsio import write_json_atomic, write_jsonl_atomic
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.output_dir:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_jsonl(out / "records.jsonl", records)
-        atomic_write_json(out / "metrics.json", metrics)
+        write_jsonl_atomic(out / "records.jsonl", records, sort_keys=True, compact=False)
+        write_json_atomic(out / "metrics.json", metrics, sort_keys=True)
         print(f"wrote {out / 'records.jsonl'} and {out / 'metrics.json'}", file=sys.stderr)
     return 0
 

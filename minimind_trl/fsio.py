@@ -6,8 +6,8 @@ Reading. Every JSONL file is read through :func:`iter_jsonl` (JSON documents thr
 are skipped unread), nesting of at most :data:`MAX_JSON_DEPTH`, no lone surrogates, integers
 Python can read; invalid UTF-8 is an error, a byte-order mark opening the file and CRLF line ends
 are accepted. A problem raises :class:`DataFormatError` naming the file, the 1-based line and the
-field. The error classes live here, not in ``data/validation.py`` (which re-exports them and adds
-the task-row schema), because the reader raises them and this module must not import upward.
+field. The error classes live here, not in ``data/validation.py`` (which adds the task-row schema
+on top of them), because the reader raises them and this module must not import upward.
 
 Writing files. :func:`write_text_atomic` writes a temporary file in the destination folder, flushes
 and fsyncs it, then moves it into place with :func:`os.replace`: a reader never sees a half-written

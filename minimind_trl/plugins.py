@@ -92,17 +92,4 @@ def load_object(spec: str) -> Any:
     return obj
 
 
-# re-export: importers move in the final pass. trainer/build.py (get_reward_function,
-# reward_function_names), tests/test_rewards.py (get_reward_function) and README.md
-# (register_reward_function) still name these here; they live in minimind_trl.rewards.registry.
-# Resolved on first access through `load_object`, so this module stays the leaf (no import arrow).
-_MOVED_TO_REWARDS = {"get_reward_function", "reward_function_names", "register_reward_function"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_REWARDS:
-        return load_object(f"minimind_trl.rewards.registry:{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["PluginError", "is_spec", "load_module", "load_object"]

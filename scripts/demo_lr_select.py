@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from minimind_trl import demo
-from minimind_trl.data.manifest import write_json_atomic, write_text_atomic
+from minimind_trl.fsio import write_json_atomic, write_text_atomic
 
 
 def _floats(text: str) -> list[float]:

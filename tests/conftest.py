@@ -23,9 +23,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from minimind_trl.data.generator import generate_tasks  # noqa: E402
-from minimind_trl.data.manifest import write_jsonl_atomic  # noqa: E402
 from minimind_trl.data.splits import prepare_splits  # noqa: E402
 from minimind_trl.envs.tools import ToolRegistry, default_registry  # noqa: E402
+from minimind_trl.fsio import write_jsonl_atomic  # noqa: E402
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset  # noqa: E402
 from minimind_trl.tokenization import load_tokenizer  # noqa: E402
 

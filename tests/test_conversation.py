@@ -18,7 +18,7 @@ from minimind_trl.conversation import (
     task_prompt,
 )
 from minimind_trl.data import formats
-from minimind_trl.data.validation import DataFormatError
+from minimind_trl.fsio import DataFormatError
 
 TOOL = {"name": "calculate_math", "description": "Evaluate.", "parameters": {"type": "object", "properties": {}}}
 SYSTEM = {"role": "system", "content": "You are a calculator.", "tools": json.dumps([TOOL])}

@@ -10,8 +10,8 @@ from minimind_trl.cli import main as top_main
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.formats import task_prompt
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.data.manifest import sha256_file, write_json_atomic, write_text_atomic
 from minimind_trl.data.splits import load_splits
+from minimind_trl.fsio import sha256_file, write_json_atomic, write_text_atomic
 
 
 def test_generate_prepare_gold_verify(tmp_path, capsys, registry):

@@ -8,12 +8,12 @@ from fractions import Fraction
 
 import pytest
 
-from minimind_trl.data.generator import GenerationError, generate_tasks, strata_for
+from minimind_trl.data.generator import generate_tasks, strata_for
 from minimind_trl.data.normalize import canonical_tools_json, normalize_text
 from minimind_trl.data.splits import normalize_task_row
 from minimind_trl.data.strata import infer_lang, infer_op_type
 from minimind_trl.data.templates import CURRENCY_NAMES_ZH
-from minimind_trl.data.validation import validate_task_row
+from minimind_trl.data.validation import GenerationError, validate_task_row
 from minimind_trl.envs.tools import EXCHANGE_RATES, UNIT_FACTORS, default_registry
 
 PURE_MATH = ("arithmetic", "percentage", "power")

@@ -11,9 +11,8 @@ from minimind_trl.conversation import encode_tool_calls
 from minimind_trl.data.formats import conversations_to_messages
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import MAX_TOOL_TURNS, gold_file_rows, gold_trajectory
-from minimind_trl.data.manifest import write_jsonl_atomic
-from minimind_trl.data.validation import DataError, DataFormatError
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.fsio import DataError, DataFormatError, write_jsonl_atomic
 from minimind_trl.tokenization.template import CHAT_TEMPLATE
 
 CJK = re.compile(r"[\u4e00-\u9fff]")

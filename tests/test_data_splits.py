@@ -7,11 +7,11 @@ from fractions import Fraction
 import pytest
 
 from minimind_trl.data.allocation import allocate, largest_remainder
-from minimind_trl.data.manifest import sha256_file, verify_manifest
+from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.normalize import normalize_text
 from minimind_trl.data.splits import SPLITS, load_splits, prepare_splits
 from minimind_trl.data.strata import infer_op_type
-from minimind_trl.data.validation import DataError
+from minimind_trl.fsio import DataError, sha256_file
 
 TOOLS = json.dumps([{"type": "function", "function": {"name": "calculate_math", "description": "math",
                     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},

@@ -7,7 +7,7 @@ import pytest
 from minimind_trl.data import splits
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.splits import prepare_splits
-from minimind_trl.data.validation import DataFormatError
+from minimind_trl.fsio import DataFormatError
 
 TOOLS = json.dumps([{"type": "function", "function": {"name": "calculate_math", "parameters": {}}}])
 

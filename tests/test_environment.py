@@ -30,7 +30,7 @@ from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
 from minimind_trl.rewards import format_reward, view_completion
 from minimind_trl.tokenization import load_tokenizer
-from minimind_trl.trainer import build
+from minimind_trl.trainer.kinds import build_distill_trainer, distill_config
 from minimind_trl.trainer.recipe import validate_recipe
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -391,8 +391,8 @@ def test_deeply_nested_call_json_is_a_malformed_call_in_distillation(tokenizer, 
     torch.manual_seed(0)
     student = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer,
                        {"[deep]": [f"<tool_call>\n{DEEP}\n</tool_call>"]})
-    trainer = build.build_distill_trainer(recipe, build.distill_config(recipe, str(tmp_path / "run")), student,
-                                          tokenizer, [make_task(registry, "[deep] q", "d")])
+    trainer = build_distill_trainer(recipe, distill_config(recipe, str(tmp_path / "run")), student,
+                                    tokenizer, [make_task(registry, "[deep] q", "d")])
     assert isinstance(trainer._tokenizer.parse_response, ParseGuard)
     ids = tokenizer(f"<tool_call>\n{DEEP}\n</tool_call><|im_end|>", add_special_tokens=False)["input_ids"]
     message = parse_response(trainer._tokenizer, ids, tools=trainer.tools)

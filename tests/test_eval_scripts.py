@@ -16,8 +16,8 @@ from minimind_trl.conversation import normalize_conversation
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.eval.files import read_jsonl
 from minimind_trl.eval.metrics import compute_metrics
+from minimind_trl.fsio import read_jsonl
 from minimind_trl.modeling import save_for_hub
 
 ROOT = Path(__file__).resolve().parents[1]

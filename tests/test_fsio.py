@@ -29,10 +29,13 @@ from minimind_trl.fsio import (
 )
 
 
-def test_reader_names_are_the_same_objects_in_data_validation():
+def test_the_reader_and_its_errors_have_one_home():
+    """data/validation.py raises fsio's errors and adds the task-row schema; it does not re-export
+    the reader."""
     assert validation.DataFormatError is fsio.DataFormatError
-    assert validation.iter_jsonl is fsio.iter_jsonl
-    assert issubclass(fsio.DataFormatError, validation.DataError)
+    assert issubclass(validation.GenerationError, fsio.DataError)
+    assert not {"iter_jsonl", "read_json_file", "DataError", "DataFormatError"} & set(validation.__all__)
+    assert not hasattr(validation, "iter_jsonl")
 
 
 def test_atomic_text_json_jsonl_and_sha(tmp_path):

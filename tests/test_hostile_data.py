@@ -10,12 +10,11 @@ import pytest
 
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.manifest import sha256_file
 from minimind_trl.data.splits import prepare_splits
-from minimind_trl.data.validation import MAX_LINE_BYTES, DataFormatError, iter_jsonl_lines, parse_jsonl_line
 from minimind_trl.eval.cli import eval_main, summarize_main
 from minimind_trl.eval.errors import EvalError
 from minimind_trl.eval.runner import load_split_tasks
+from minimind_trl.fsio import MAX_LINE_BYTES, DataFormatError, iter_jsonl_lines, parse_jsonl_line, sha256_file
 from minimind_trl.trainer.build import load_split
 from minimind_trl.trainer.recipe import RecipeError
 

@@ -21,9 +21,9 @@ from safetensors.torch import load_file
 from test_trainer_helpers import tiny_tokenizer_path
 
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.data.splits import prepare_splits
-from minimind_trl.trainer.callbacks import read_metrics
+from minimind_trl.fsio import write_jsonl_atomic
+from minimind_trl.trainer.recorder import read_metrics
 
 pytestmark = pytest.mark.slow
 

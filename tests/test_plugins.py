@@ -114,16 +114,14 @@ def test_bad_plugins_raise_clear_errors(tmp_path):
 
 def test_plugins_is_a_leaf_loader():
     """plugins.py imports nothing from the package (no arrow to envs or rewards) and holds no
-    registry; the names that moved to rewards still resolve there until their importers move."""
+    registry; the reward names live in rewards.registry only."""
     tree = ast.parse(open(plugins.__file__, encoding="utf-8").read())
     imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
     assert not [name for name in imported if name and name.startswith("minimind_trl")], imported
     assert not hasattr(plugins, "_REWARD_FACTORIES") and not hasattr(plugins, "load_tool_plugin")
-    assert plugins.get_reward_function is get_reward_function  # re-export, see plugins.py
-    assert plugins.reward_function_names is reward_function_names
-    with pytest.raises(AttributeError):
-        plugins.no_such_name  # noqa: B018
+    for name in ("get_reward_function", "reward_function_names", "register_reward_function", "no_such_name"):
+        assert not hasattr(plugins, name), name
 
 
 def test_is_spec():

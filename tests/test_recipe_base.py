@@ -20,8 +20,8 @@ from test_trainer_helpers import tiny_tokenizer_path
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.objectives import ObjectiveConfig
 from minimind_trl.trainer import build, cli, kinds
 from minimind_trl.trainer.kinds import TrainingKind, get_kind, objective_section, register_kind

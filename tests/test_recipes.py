@@ -19,13 +19,14 @@ from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForSequenceClas
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
 from minimind_trl.trainer import cli, kinds
-from minimind_trl.trainer.callbacks import read_metrics
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, read_recipe_file, validate_recipe
-from minimind_trl.trainer.run import ADAPTER, FINAL_MODEL, read_status
+from minimind_trl.trainer.recorder import read_metrics
+from minimind_trl.trainer.run import read_status
+from minimind_trl.trainer.run_folder import ADAPTER, FINAL_MODEL
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 ALL = sorted(RECIPES.rglob("*.yaml"))

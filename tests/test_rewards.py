@@ -11,7 +11,6 @@ from trl.chat_template_utils import parse_response
 
 from minimind_trl.envs.protocol import prompt_ids_for, tool_turn_ids
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.plugins import get_reward_function
 from minimind_trl.rewards import (
     coverage_reward,
     evaluate_completion,
@@ -25,6 +24,7 @@ from minimind_trl.rewards import (
     verify,
     view_completion,
 )
+from minimind_trl.rewards.registry import get_reward_function
 from minimind_trl.rewards.upstream import minimind_agent_score
 
 

@@ -14,12 +14,12 @@ from transformers import TrainerCallback
 
 from minimind_trl.cli import main as top_main
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.manifest import write_jsonl_atomic
 from minimind_trl.data.splits import prepare_splits
+from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.trainer import build, cli
-from minimind_trl.trainer.callbacks import read_metrics
 from minimind_trl.trainer.grpo_trainer import NonFiniteError
+from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status, run_training
 
 HELPERS = Path(__file__).with_name("test_trainer_helpers.py")

@@ -9,15 +9,15 @@ import pytest
 import yaml
 from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
 
+from minimind_trl.conversation import task_prompt
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.data.manifest import write_jsonl_atomic
-from minimind_trl.envs.rollout import task_messages
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.trainer import cli
-from minimind_trl.trainer.callbacks import read_metrics
 from minimind_trl.trainer.kinds import grpo_config, grpo_dataset, sft_dataset
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256, validate_recipe
+from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
 
 BASE = {
@@ -134,7 +134,7 @@ def test_grpo_prompts_offer_exactly_the_tools_of_each_task():
     for task, row in zip(tasks, dataset):
         prompt = row["prompt"]
         assert [m["role"] for m in prompt] == ["system", "user"]  # placeholder assistant turn dropped
-        _, tools = task_messages({"conversations": prompt})
+        _, tools = task_prompt({"conversations": prompt})
         expected = [t["function"]["name"] for t in json.loads(task["conversations"][0]["tools"])]
         assert [t["function"]["name"] for t in tools] == expected
         assert json.loads(row["gt"]) == task["gt"]

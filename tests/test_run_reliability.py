@@ -21,7 +21,7 @@ from test_trainer_helpers import tiny_model, tiny_tokenizer, tiny_tokenizer_path
 from minimind_trl.fsio import aside_path
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.trainer import cli, run
-from minimind_trl.trainer.callbacks import read_metrics
+from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status
 from minimind_trl.trainer.run_folder import RunFolder
 

@@ -20,10 +20,10 @@ from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
 from minimind_trl import sweep
 from minimind_trl.cli import main as cli_main
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.manifest import write_json_atomic, write_jsonl_atomic
 from minimind_trl.data.splits import prepare_splits
+from minimind_trl.fsio import write_json_atomic, write_jsonl_atomic
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
-from minimind_trl.trainer.callbacks import read_metrics
+from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"

@@ -5,17 +5,19 @@
 * :mod:`~minimind_trl.data.formats` -- ``conversations_to_messages(conversations)``, ``task_prompt(task)``
   (the schema of :mod:`minimind_trl.conversation`, errors naming file and line);
 * :mod:`~minimind_trl.data.splits` -- ``prepare_splits(...)``, ``load_splits(folder)``;
-* :mod:`~minimind_trl.data.manifest` -- ``sha256_file``, ``write_json_atomic``, ``verify_manifest``;
-* :mod:`~minimind_trl.data.validation` -- ``DataError``, ``DataFormatError``, ``validate_task_row``.
+* :mod:`~minimind_trl.data.manifest` -- ``verify_manifest`` (``sha256_file``, ``write_json_atomic``
+  and the errors ``DataError``, ``DataFormatError`` come from :mod:`minimind_trl.fsio`);
+* :mod:`~minimind_trl.data.validation` -- ``validate_task_row``.
 """
 
 from minimind_trl.conversation import encode_tool_calls
 from minimind_trl.data.formats import conversations_to_messages, decode_tool_calls, task_prompt
-from minimind_trl.data.generator import GenerationError, generate_tasks
+from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
-from minimind_trl.data.manifest import sha256_file, verify_manifest, write_json_atomic, write_jsonl_atomic
+from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import load_splits, normalize_task_row, prepare_splits
-from minimind_trl.data.validation import DataError, DataFormatError, validate_task_row
+from minimind_trl.data.validation import GenerationError, validate_task_row
+from minimind_trl.fsio import DataError, DataFormatError, sha256_file, write_json_atomic, write_jsonl_atomic
 
 __all__ = [
     "DataError", "DataFormatError", "GenerationError", "conversations_to_messages", "decode_tool_calls",

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_file_rows, gold_trajectory
-from minimind_trl.data.manifest import verify_manifest, write_jsonl_atomic
+from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import prepare_splits
-from minimind_trl.data.validation import DataError
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.fsio import DataError, write_jsonl_atomic
 
 PREFIX = "minimind-trl data"
 

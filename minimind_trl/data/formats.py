@@ -4,7 +4,7 @@ The schema itself (upstream JSONL form vs chat-template messages, the task-promp
 encoding) lives in :mod:`minimind_trl.conversation`. This module wraps it for file readers: a
 :class:`~minimind_trl.conversation.ConversationError` becomes a :class:`DataFormatError` naming
 ``path``, ``line`` and the field, and JSON strings inside a row are parsed with the bounded
-:func:`minimind_trl.data.validation.loads_json` (nesting, lone surrogates, huge integers refused).
+:func:`minimind_trl.fsio.loads_json` (nesting, lone surrogates, huge integers refused).
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from minimind_trl import conversation
-from minimind_trl.conversation import (
-    ConversationError,
-    encode_tool_calls,  # noqa: F401 # re-export: importers move in the final pass
-)
-from minimind_trl.data.validation import DataFormatError, loads_json
+from minimind_trl.conversation import ConversationError
+from minimind_trl.fsio import DataFormatError, loads_json
 
 
 def decode_tool_calls(value: Any, field: str = "tool_calls", path=None, line=None) -> list[dict]:

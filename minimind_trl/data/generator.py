@@ -38,12 +38,13 @@ from minimind_trl.data import templates as T
 from minimind_trl.data.normalize import canonical_tools_json, normalize_text, row_id_for
 from minimind_trl.data.questions import MAX_ATTEMPTS, Call, Part, build_question
 from minimind_trl.data.strata import OP_TYPES
-from minimind_trl.data.validation import DataError, GenerationError
+from minimind_trl.data.validation import GenerationError
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.fsio import DataError
 
 DIFFICULTIES = ("easy", "medium", "hard")
 LANGS = ("zh", "en")
-__all__ = ["DIFFICULTIES", "LANGS", "GenerationError", "generate_tasks", "strata_for"]
+__all__ = ["DIFFICULTIES", "LANGS", "generate_tasks", "strata_for"]
 
 
 def _tool_value(registry, call: Call) -> str:

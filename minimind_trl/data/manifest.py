@@ -2,7 +2,7 @@
 
 The hashing and atomic writers this audit trail is built on (every file that matters is written
 to a temporary file in the destination folder, fsynced, then moved into place with
-:func:`os.replace`) live in :mod:`minimind_trl.fsio`; they are re-exported here for importers.
+:func:`os.replace`) live in :mod:`minimind_trl.fsio`.
 """
 
 from __future__ import annotations
@@ -10,31 +10,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from minimind_trl.fsio import (
-    DataFormatError,
-    current_umask,
-    dumps_jsonl_row,
-    read_json_file,
-    sha256_file,
-    sha256_text,
-    write_json_atomic,
-    write_jsonl_atomic,
-    write_text_atomic,
-)
+from minimind_trl.fsio import DataFormatError, read_json_file, sha256_file
 
-__all__ = [
-    "verify_manifest",
-    # re-export: importers move in the final pass (these now live in minimind_trl.fsio)
-    "current_umask", "dumps_jsonl_row", "sha256_file", "sha256_text", "write_json_atomic", "write_jsonl_atomic",
-    "write_text_atomic",
-]
+__all__ = ["verify_manifest"]
 
 
 def verify_manifest(folder: str | os.PathLike, manifest_name: str = "manifest.json") -> dict:
     """Check that every file listed under the manifest's ``"outputs"`` has its recorded SHA-256.
 
     Returns the manifest. Raises ``ValueError`` naming the first file that is missing or differs,
-    :class:`~minimind_trl.data.validation.DataFormatError` for a malformed manifest.
+    :class:`~minimind_trl.fsio.DataFormatError` for a malformed manifest.
     """
     folder = Path(folder)
     manifest_path = folder / manifest_name

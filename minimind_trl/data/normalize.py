@@ -29,8 +29,8 @@ import unicodedata
 from typing import Any
 
 from minimind_trl.conversation import openai_tool
-from minimind_trl.data.manifest import sha256_text
 from minimind_trl.data.validation import parse_tools
+from minimind_trl.fsio import sha256_text
 
 NORMALISATION_RULES = {
     "text": "NFKC; CRLF/CR -> LF; whitespace runs other than LF -> one space; spaces around LF removed; "

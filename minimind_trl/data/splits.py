@@ -35,17 +35,20 @@ from minimind_trl.data.normalize import (
     row_id_for,
 )
 from minimind_trl.data.strata import OP_TYPES, infer_lang, infer_op_type, stratum_key
-from minimind_trl.data.validation import (
+from minimind_trl.data.validation import validate_task_row
+from minimind_trl.fsio import (
     FAILURE_KINDS,
     DataError,
     DataFormatError,
+    build_directory,
     count_blank_lines,
     iter_jsonl,
     iter_jsonl_lines,
     parse_jsonl_line,
-    validate_task_row,
+    sha256_file,
+    write_json_atomic,
+    write_jsonl_atomic,
 )
-from minimind_trl.fsio import build_directory, sha256_file, write_json_atomic, write_jsonl_atomic
 
 SPLITS = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.9, 0.05, 0.05)

@@ -10,9 +10,9 @@ flat ``{"name", ...}``. ``gt`` is a non-empty list of strings and/or numbers (``
 expected number of tool calls).
 
 Problems raise :class:`DataFormatError`, which names the file, the 1-based line and the field.
-Files are read by the package's one bounded JSON/JSONL reader (:func:`iter_jsonl`,
-:func:`read_json_file`, their bounds and the error classes), which lives in
-:mod:`minimind_trl.fsio` and is re-exported here; this module owns the task-row schema.
+Files are read by the package's one bounded JSON/JSONL reader (:func:`~minimind_trl.fsio.iter_jsonl`,
+:func:`~minimind_trl.fsio.read_json_file`, their bounds and the error classes), which lives in
+:mod:`minimind_trl.fsio`; this module owns the task-row schema.
 """
 
 from __future__ import annotations
@@ -20,30 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from minimind_trl.fsio import (
-    FAILURE_KINDS,
-    MAX_JSON_DEPTH,
-    MAX_JSON_FILE_BYTES,
-    MAX_LINE_BYTES,
-    DataError,
-    DataFormatError,
-    check_json_value,
-    count_blank_lines,
-    iter_jsonl,
-    iter_jsonl_lines,
-    iter_jsonl_objects,
-    loads_json,
-    parse_jsonl_line,
-    read_json_file,
-)
+from minimind_trl.fsio import DataError, DataFormatError, loads_json
 
-# re-export: importers move in the final pass (the reader and its errors live in minimind_trl.fsio)
-__all__ = [
-    "FAILURE_KINDS", "MAX_GT_MAGNITUDE", "MAX_JSON_DEPTH", "MAX_JSON_FILE_BYTES", "MAX_LINE_BYTES", "ROLES",
-    "DataError", "DataFormatError", "GenerationError", "check_json_value", "count_blank_lines", "iter_jsonl",
-    "iter_jsonl_lines", "iter_jsonl_objects", "loads_json", "parse_jsonl_line", "parse_tools", "read_json_file",
-    "validate_task_row",
-]
+__all__ = ["MAX_GT_MAGNITUDE", "ROLES", "GenerationError", "parse_tools", "validate_task_row"]
 
 ROLES = ("system", "user", "assistant", "tool")
 

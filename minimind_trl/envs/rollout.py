@@ -58,8 +58,6 @@ from minimind_trl.envs.protocol import (
 )
 from minimind_trl.envs.registry import ToolRegistry
 
-task_messages = task_prompt  # re-export: importers move in the final pass (trainer/build.py, benchmarks, tests)
-
 DECODE_SLICE = 32
 """Tokens per ``generate`` call: between calls, rows whose turn ended run their tools and finished
 rows make room for queued ones, so no row waits long for the batch's longest turn."""

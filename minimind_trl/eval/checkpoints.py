@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError
-from minimind_trl.eval.files import sha256_file
+from minimind_trl.fsio import sha256_file
 from minimind_trl.modeling import get_preset, load_native_checkpoint  # importing modeling registers the Auto classes
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 

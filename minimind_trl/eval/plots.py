@@ -45,7 +45,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from minimind_trl.eval.errors import EvalError  # noqa: E402
-from minimind_trl.eval.files import read_jsonl  # noqa: E402
+from minimind_trl.fsio import DataFormatError, read_jsonl  # noqa: E402
 from minimind_trl.metric_names import (  # noqa: E402
     BY_UPDATE_PATTERN,
     BY_UPDATE_RATIO_PREFIX,
@@ -82,7 +82,7 @@ def load_run_metrics(path: str | os.PathLike) -> tuple[str, list[dict]]:
         raise EvalError(f"no metrics.jsonl at {p}")
     try:
         rows = read_jsonl(file)
-    except ValueError as exc:
+    except (DataFormatError, ValueError) as exc:
         raise EvalError(str(exc)) from None
     if not rows:
         raise EvalError(f"{file} holds no records")

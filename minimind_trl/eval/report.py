@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from minimind_trl.eval.errors import OutputDirNotEmptyError
-from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from minimind_trl.fsio import write_json_atomic, write_jsonl_atomic, write_text_atomic
 
 
 def _fmt(v: float | None) -> str:
@@ -80,8 +80,8 @@ def write_summary(output_dir: str | os.PathLike, summary: dict, failures: list[d
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise OutputDirNotEmptyError(f"output folder {out} is not empty (use --overwrite to replace the summary)")
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "summary.json", summary)
-    atomic_write_text(out / "summary.md", render_markdown(summary))
-    atomic_write_jsonl(out / "failures.jsonl", failures)
-    atomic_write_text(out / "failures.md", render_failures_markdown(failures))
+    write_json_atomic(out / "summary.json", summary, sort_keys=True)
+    write_text_atomic(out / "summary.md", render_markdown(summary))
+    write_jsonl_atomic(out / "failures.jsonl", failures, sort_keys=True, compact=False)
+    write_text_atomic(out / "failures.md", render_failures_markdown(failures))
     return out

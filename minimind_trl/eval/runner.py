@@ -40,11 +40,17 @@ from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.eval.checkpoints import CheckpointInfo, load_eval_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
-from minimind_trl.eval.files import atomic_write_json, atomic_write_jsonl, sha256_file
 from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS, EvalFolder
 from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics
 from minimind_trl.eval.stats import pass_at_k
-from minimind_trl.fsio import DataError, DataFormatError, build_directory
+from minimind_trl.fsio import (
+    DataError,
+    DataFormatError,
+    build_directory,
+    sha256_file,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
 from minimind_trl.rewards import evaluate_completion
 from minimind_trl.trainer.run_folder import RunFolder
 
@@ -238,10 +244,10 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
 
 def _write_outputs(folder: Path, records: list[dict], metrics: dict, manifest: dict) -> None:
     """records.jsonl, metrics.json, then eval_manifest.json with their SHA-256."""
-    atomic_write_jsonl(folder / RECORDS, records)
-    atomic_write_json(folder / METRICS, metrics)
-    atomic_write_json(folder / EVAL_MANIFEST, {**manifest, "outputs": {name: sha256_file(folder / name)
-                                                                       for name in OUTPUTS}})
+    write_jsonl_atomic(folder / RECORDS, records, sort_keys=True, compact=False)
+    write_json_atomic(folder / METRICS, metrics, sort_keys=True)
+    write_json_atomic(folder / EVAL_MANIFEST, {**manifest, "outputs": {name: sha256_file(folder / name)
+                                                                       for name in OUTPUTS}}, sort_keys=True)
 
 
 def _manifest(info: CheckpointInfo, tokenizer_source: str | None, tokenizer_sha: str, split_info: dict,

@@ -1,7 +1,7 @@
 """The MiniMind chat template and the matching response-parsing template.
 
 Turning an upstream row into ``(messages, tools)`` is the conversation schema's job
-(:func:`minimind_trl.conversation.normalize_conversation`, re-exported here).
+(:func:`minimind_trl.conversation.normalize_conversation`).
 
 Rendering contract (``tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=...,
 open_thinking=..., tokenize=False)``), byte-exact with upstream MiniMind's format:
@@ -37,8 +37,6 @@ from __future__ import annotations
 
 from importlib import resources
 from typing import Any
-
-from minimind_trl.conversation import normalize_conversation  # noqa: F401 # re-export: importers move in the final pass
 
 CHAT_TEMPLATE: str = resources.files(__package__).joinpath("chat_template.jinja").read_text(encoding="utf-8")
 

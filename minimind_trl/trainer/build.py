@@ -16,21 +16,16 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM
 
-from minimind_trl.data.manifest import sha256_file, verify_manifest
-from minimind_trl.data.validation import DataError, DataFormatError, iter_jsonl_objects
+from minimind_trl.data.manifest import verify_manifest
+from minimind_trl.fsio import DataError, DataFormatError, iter_jsonl_objects, sha256_file
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, load_native_checkpoint
 from minimind_trl.tokenization import load_tokenizer
-from minimind_trl.trainer.kinds import (
-    build_distill_trainer,  # re-export: importers move in the final pass (tests/test_environment.py)
-    distill_config,  # re-export: importers move in the final pass (tests/test_environment.py)
-    get_kind,
-)
-from minimind_trl.trainer.recipe_schema import MODEL_DTYPES, RecipeError, one_line, recipe_key
+from minimind_trl.trainer.kinds import get_kind
+from minimind_trl.trainer.recipe_schema import MODEL_DTYPES, RecipeError, one_line
 
 __all__ = [
-    "build_model", "build_tokenizer", "build_trainer", "check_plugins", "load_eval_split", "load_split", "recipe_key",
+    "build_model", "build_tokenizer", "build_trainer", "check_plugins", "load_eval_split", "load_split",
     "training_config", "world_size",
-    "build_distill_trainer", "distill_config",  # re-exported from minimind_trl.trainer.kinds
 ]
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # what from_pretrained may look up on the Hub

@@ -13,15 +13,12 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from minimind_trl.metric_names import LOSS, STEP
-from minimind_trl.trainer.recorder import MetricsWriter, read_metrics, truncate_metrics
+from minimind_trl.trainer.recorder import MetricsWriter
 
 __all__ = [
     "EVAL_METRICS_FILE",
     "EvalLogCallback",
     "LogHistoryCallback",
-    "MetricsWriter",
-    "read_metrics",  # re-export: importers move in the final pass (recorder.read_metrics)
-    "truncate_metrics",  # re-export: importers move in the final pass (recorder.truncate_metrics)
 ]
 
 

@@ -25,6 +25,7 @@ from minimind_trl.trainer.kinds import get_kind, kind_names
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256
 from minimind_trl.trainer.recipe_schema import recipe_key
 from minimind_trl.trainer.run import RunFolderError
+from minimind_trl.trainer.run_folder import INITIAL_MODEL
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -96,7 +97,7 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
     build.check_plugins(recipe)
     with recipe_key("model"):
         model = build.build_model(recipe["model"])
-    initial = Path(run_dir) / run.INITIAL_MODEL
+    initial = Path(run_dir) / INITIAL_MODEL
     if state.is_main_process and not initial.is_dir():
         run.save_initial_model(model, initial)
     state.wait_for_everyone()

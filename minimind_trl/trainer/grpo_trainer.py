@@ -49,8 +49,9 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 from trl.trainer.utils import split_tensor_dict
 
-from minimind_trl.envs.environment import ToolEnvironmentMixin, is_error_observation
+from minimind_trl.envs.environment import ToolEnvironmentMixin
 from minimind_trl.envs.generation import Sampling, TurnCache, generate_turns
+from minimind_trl.envs.protocol import is_error_observation
 from minimind_trl.metric_names import (
     ACTION_TOKENS_MEAN,
     AUX_LOSS,
@@ -192,7 +193,6 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self._turn_cache: TurnCache | None = None  # finished rows' keys/values, for their next turn
         self.last_record: dict[str, Any] | None = None
         self.step_recorder = StepRecorder(os.path.join(self.args.output_dir, self.args.metrics_file))
-        self.diagnostics = self.step_recorder  # re-export: importers move in the final pass (run.py closes it)
 
     def _setup_policy_passes(self) -> None:
         """MiniMind's aux loss in TRL's fused pass; the prefix-shared pass on policy and reference."""

@@ -37,13 +37,10 @@ from minimind_trl.fsio import (
 )
 from minimind_trl.modeling.hub import write_hub_folder
 from minimind_trl.modeling.modeling_minimind import MiniMindForCausalLM
-from minimind_trl.trainer.callbacks import truncate_metrics
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.recipe import one_line
+from minimind_trl.trainer.recorder import truncate_metrics
 from minimind_trl.trainer.run_folder import (
-    ADAPTER,
-    FINAL_MODEL,
-    INITIAL_MODEL,
     MANIFEST,
     SAVE_LEFTOVERS,
     START_LEFTOVERS,
@@ -52,10 +49,8 @@ from minimind_trl.trainer.run_folder import (
     checkpoint_step,
 )
 
-# re-export: importers move in the final pass (the layout names live in trainer/run_folder.py)
 __all__ = [
-    "ADAPTER", "FINAL_MODEL", "INITIAL_MODEL", "MANIFEST", "START_LEFTOVERS", "STATUS", "CheckFiniteWeights",
-    "RunFolderError", "StopAtMaxSteps", "abort_start", "apply_umask", "checkpoint_step", "completed_run",
+    "CheckFiniteWeights", "RunFolderError", "StopAtMaxSteps", "abort_start", "apply_umask", "completed_run",
     "git_state", "merged_model", "now", "package_versions", "prepare_run_dir", "read_status", "run_training",
     "save_final_model", "save_initial_model", "write_manifest", "write_status",
 ]
@@ -300,7 +295,7 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
             training_loss = trainer.train(resume_from_checkpoint=resume_from).training_loss
         except _AtMaxSteps:  # resumed from the last step's checkpoint: restored, nothing left to train
             training_loss = None
-            close = getattr(getattr(trainer, "diagnostics", None), "close", None)
+            close = getattr(getattr(trainer, "step_recorder", None), "close", None)
             if close:
                 close()
         except RuntimeError as exc:
@@ -313,7 +308,7 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
             checkpoint = get_last_checkpoint(str(run_dir))
         else:
             checkpoint = trainer.save_state_after_failure()
-        close = getattr(getattr(trainer, "diagnostics", None), "close", None)
+        close = getattr(getattr(trainer, "step_recorder", None), "close", None)
         if close:
             close()
         if main:
