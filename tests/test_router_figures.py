@@ -10,7 +10,7 @@ hold is read from the file and from the model's config.
 from __future__ import annotations
 
 import pytest
-from test_trainer_helpers import make_trainer, tiny_model
+from helpers import make_trainer, tiny_model
 
 from minimind_trl.eval import plots
 from minimind_trl.metric_names import (

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_trainer_helpers import tiny_tokenizer_path
+from helpers import tiny_tokenizer_path
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory

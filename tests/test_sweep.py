@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
+from helpers import tiny_tokenizer, tiny_tokenizer_path
 
 from minimind_trl import sweep
 from minimind_trl.cli import main as cli_main

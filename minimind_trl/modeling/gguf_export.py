@@ -67,7 +67,7 @@ def gguf_pre_tokenizer(tokenizer) -> str:
     * ours (newline isolated, single digits, GPT-2 regex) -> "qwen2". Qwen2's regex also splits
       single digits; its other pieces are unions of ours (e.g. "(word", "  \\n"), and since every
       merge of our vocabulary lies inside one of our pieces, BPE on the coarser pieces gives the
-      same ids (tested on our corpus in tests/test_gguf_export.py). llama.cpp has no preset equal
+      same ids (tested on our corpus in tests/modeling/test_gguf_export.py). llama.cpp has no preset equal
       to ours; GPT-2's would also do, but Qwen2's is the one the Qwen3 family declares.
     * upstream MiniMind's (plain byte-level GPT-2 regex, multi-digit merges) -> "gpt2", exact.
     Anything else raises ValueError: pass `pre=` to `save_gguf` after checking the ids yourself.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
+from helpers import tiny_tokenizer, tiny_tokenizer_path
 
 from minimind_trl.conversation import task_prompt
 from minimind_trl.data.generator import generate_tasks

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from test_rollout import make_task, scripted  # tests/ is on sys.path
+from rollout_helpers import make_task, scripted  # tests/ is on sys.path (pytest's pythonpath)
 
 from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.generation import RowSampler, Sampling, TurnCache, generate_turns

@@ -151,7 +151,7 @@ def test_gguf_vocabulary_round_trips(tmp_path, tiny_model, tokenizer):
 
 
 def corpus(tokenizer) -> list[str]:
-    texts = [Path(__file__).resolve().parents[1].joinpath("minimind_trl/tokenization/general_text.txt").read_text()]
+    texts = [Path(__file__).resolve().parents[2].joinpath("minimind_trl/tokenization/general_text.txt").read_text()]
     texts += [json.dumps(row, ensure_ascii=False, indent=1) for row in generate_tasks(60, seed=3)]
     for row in generate_tasks(20, seed=4):
         messages, tools = normalize_conversation(row["conversations"][:2])
@@ -218,7 +218,7 @@ def test_export_cli_hub_formats(tmp_path, make_run):
 
 
 def test_readme_gguf_command_runs_as_written(tmp_path, make_run, monkeypatch):
-    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
+    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text(encoding="utf-8")
     line = next(x for x in readme.splitlines() if x.startswith("minimind-trl export ") and "--format gguf" in x)
     run, model = make_run(moe=True)
     monkeypatch.chdir(tmp_path)
@@ -261,7 +261,7 @@ def render_go_template(template: str, messages: list[dict]) -> str:
 
 
 def test_readme_ollama_template_renders_our_chat_format(tokenizer):
-    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text(encoding="utf-8")
+    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text(encoding="utf-8")
     modelfile = readme.split("\nFROM ./minimind.gguf\n", 1)[1].split("\n```", 1)[0]
     template = re.search(r'TEMPLATE """(.*?)"""', modelfile, flags=re.S).group(1)
     assert "PARAMETER stop <|im_end|>" in modelfile

@@ -1,4 +1,5 @@
-"""Shared pieces of the trainer / run tests (no tests here): tiny model, tokenizer, scripted rollouts.
+"""Shared pieces of the trainer / run tests (no tests here): tiny model, tokenizer, scripted rollouts,
+a gradient-grabbing callback, and a tiny GRPO recipe trained through the CLI.
 
 The scripted rollout (TRL's ``rollout_func``) makes completions a pure function of (prompt, index
 in its group), so runs that split the same rollout differently (batch size, accumulation,
@@ -13,10 +14,13 @@ import zlib
 from pathlib import Path
 
 import torch
+import yaml
 from datasets import Dataset
+from transformers import TrainerCallback
 
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import build_tokenizer, load_tokenizer
+from minimind_trl.trainer import cli
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
 from minimind_trl.trainer.run import save_initial_model
@@ -141,3 +145,41 @@ def make_trainer(run_dir, scripted: bool = True, model=None, reward=None, callba
         rollout_func=scripted_rollout if scripted else None,
         callbacks=callbacks,
     )
+
+
+class GradGrab(TrainerCallback):
+    """Copies the gradients seen before the first optimizer step (max_grad_norm=0: unclipped)."""
+
+    def __init__(self):
+        self.grads = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0:
+            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def write_recipe(folder: Path, split_dir: Path, **training) -> Path:
+    recipe = {
+        "kind": "grpo",
+        "seed": 3,
+        "model": {"preset": "tiny"},
+        "tokenizer": {"path": tiny_tokenizer_path()},
+        "data": {"path": str(split_dir)},
+        "rollout": {"group_size": 2, "prompts_per_rollout": 2, "max_tool_turns": 1, "max_completion_length": 8,
+                    "tool_names": ["calculate_math"]},
+        "rewards": ["success_reward"],
+        "training": {"max_steps": 2, "num_iterations": 1, "learning_rate": 1e-3, "bf16": False, "use_cpu": True,
+                     "report_to": [], "save_strategy": "steps", "save_steps": 2, "gradient_checkpointing": False,
+                     "disable_tqdm": True, **training},
+    }
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def train(recipe: Path, run_dir: Path, *extra: str) -> int:
+    return cli.main([str(recipe), "--output-dir", str(run_dir), *extra])
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return MiniMindForCausalLM.from_pretrained(folder).state_dict()

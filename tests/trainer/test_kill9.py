@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import tiny_tokenizer_path
 from safetensors.torch import load_file
-from test_trainer_helpers import tiny_tokenizer_path
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.splits import prepare_splits
@@ -27,7 +27,7 @@ from minimind_trl.trainer.recorder import read_metrics
 
 pytestmark = pytest.mark.slow
 
-HELPERS = Path(__file__).with_name("test_trainer_helpers.py")
+HELPERS = Path(__file__).resolve().parents[1] / "helpers.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 STEPS = 22
 EPOCH = 8  # steps: 8 task rows, 2 prompts a rollout, K=2

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer import GradGrab  # the tests folder is on sys.path (pytest; the script's own folder)
-from test_trainer_helpers import make_trainer, tiny_tokenizer
+from helpers import (  # tests/ is on sys.path (pytest's pythonpath; PYTHONPATH under torchrun)
+    GradGrab,
+    make_trainer,
+    tiny_tokenizer,
+)
 
 from minimind_trl.trainer.recorder import read_metrics
 
@@ -32,7 +35,10 @@ def _train(run_dir, per_device: int):
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
     tiny_tokenizer()  # build the fallback tokenizer once, before two processes race for it
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    tests_dir = str(Path(__file__).resolve().parents[1])  # helpers.py, for the script's own imports
+    path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+           "PYTHONPATH": path}
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(Path(__file__)), str(tmp_path / "two")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)

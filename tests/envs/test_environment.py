@@ -9,7 +9,12 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from test_rollout import SCRIPTS, independent_rendering, make_task, scripted  # tests/ is on sys.path
+from rollout_helpers import (  # tests/ is on sys.path (pytest's pythonpath)
+    SCRIPTS,
+    independent_rendering,
+    make_task,
+    scripted,
+)
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import parse_response

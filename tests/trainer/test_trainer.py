@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_trainer_helpers import (
+from helpers import (
+    GradGrab,
     make_config,
     make_trainer,
     saved_tiny_model,
@@ -12,7 +13,6 @@ from test_trainer_helpers import (
     tiny_model,
     tiny_tokenizer,
 )
-from transformers import TrainerCallback
 
 from minimind_trl.metric_names import (
     GRPO_RECORD_KEYS,
@@ -28,17 +28,6 @@ from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import _regroup_by_prompt
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import save_initial_model
-
-
-class GradGrab(TrainerCallback):
-    """Copies the gradients seen before the first optimizer step (max_grad_norm=0: unclipped)."""
-
-    def __init__(self):
-        self.grads = None
-
-    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        if state.global_step == 0:
-            self.grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_trainer_helpers import make_trainer
+from helpers import make_trainer
 
 from minimind_trl.trainer.grpo_trainer import NonFiniteError
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from test_trainer_helpers import tiny_tokenizer  # tests/ is on sys.path
+from helpers import tiny_tokenizer  # tests/ is on sys.path (pytest's pythonpath)
 from transformers import Qwen3Config, Qwen3ForSequenceClassification
 from trl.chat_template_utils import parse_response
 

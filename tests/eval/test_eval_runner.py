@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_rollout import scripted  # forces replies longer than one decode slice
+from rollout_helpers import scripted  # forces replies longer than one decode slice
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from minimind_trl.data.generator import generate_tasks
@@ -215,7 +215,7 @@ def test_scripted_records_and_pass_at_k(model, tokenizer_dir):
     assert metrics["pass@1"] == pytest.approx((pass_at_k(3, 3, 1) + pass_at_k(3, 0, 1)) / 2) == 0.5
 
 
-PLUGIN = str(Path(__file__).resolve().parents[1] / "plugins" / "example_tool.py")
+PLUGIN = str(Path(__file__).resolve().parents[2] / "plugins" / "example_tool.py")
 INTEREST = ('<tool_call>\n{"name": "compound_interest", "arguments": {"principal": 100, "annual_rate_percent": 10, '
             '"years": 2}}\n</tool_call>')
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_trainer_helpers import make_trainer, tiny_tokenizer_path
+from helpers import make_trainer, tiny_tokenizer_path
 from transformers import TrainerCallback
 
 from minimind_trl.cli import main as top_main
@@ -22,7 +22,7 @@ from minimind_trl.trainer.grpo_trainer import NonFiniteError
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status, run_training
 
-HELPERS = Path(__file__).with_name("test_trainer_helpers.py")
+HELPERS = Path(__file__).resolve().parents[1] / "helpers.py"
 TIMING = ("rollout_seconds", "old_logp_seconds", "update_seconds", "update_tokens_per_second",
           "generation_tokens_per_second")
 

@@ -20,7 +20,7 @@ from minimind_trl.eval.metrics import compute_metrics
 from minimind_trl.fsio import read_jsonl
 from minimind_trl.modeling import save_for_hub
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASK_DIR = ROOT / "eval" / "lm_eval_tasks" / "minimind_tool_math"
 GENERATION_PROMPT = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_run_reliability import train, weights, write_recipe
+from helpers import train, weights, write_recipe
 
 from minimind_trl.trainer import run
 from minimind_trl.trainer.grpo_trainer import NonFiniteStateError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import transformers
 import yaml
-from test_trainer_helpers import tiny_tokenizer_path
+from helpers import tiny_tokenizer_path
 
 import minimind_trl.modeling as modeling
 from minimind_trl.trainer import cli

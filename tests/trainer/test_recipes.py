@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_trainer_helpers import tiny_tokenizer, tiny_tokenizer_path
+from helpers import tiny_tokenizer, tiny_tokenizer_path
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForSequenceClassification
 
 from minimind_trl.data.generator import generate_tasks
@@ -28,7 +28,7 @@ from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
 from minimind_trl.trainer.run_folder import ADAPTER, FINAL_MODEL
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ALL = sorted(RECIPES.rglob("*.yaml"))
 CPU = ["training.bf16=false", "training.use_cpu=true"]
 OBJECTIVES = ("grpo", "cispo", "dr_grpo", "gspo")

@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from helpers import tiny_model, tiny_tokenizer, train, weights, write_recipe
 from huggingface_hub.constants import HF_HOME
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_trainer_helpers import tiny_model, tiny_tokenizer, tiny_tokenizer_path
 
 from minimind_trl.fsio import aside_path
-from minimind_trl.modeling import MiniMindForCausalLM
-from minimind_trl.trainer import cli, run
+from minimind_trl.trainer import run
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status
 from minimind_trl.trainer.run_folder import RunFolder
@@ -31,33 +29,6 @@ def umask_022():
     old = os.umask(0o022)
     yield
     os.umask(old)
-
-
-def write_recipe(folder: Path, split_dir: Path, **training) -> Path:
-    recipe = {
-        "kind": "grpo",
-        "seed": 3,
-        "model": {"preset": "tiny"},
-        "tokenizer": {"path": tiny_tokenizer_path()},
-        "data": {"path": str(split_dir)},
-        "rollout": {"group_size": 2, "prompts_per_rollout": 2, "max_tool_turns": 1, "max_completion_length": 8,
-                    "tool_names": ["calculate_math"]},
-        "rewards": ["success_reward"],
-        "training": {"max_steps": 2, "num_iterations": 1, "learning_rate": 1e-3, "bf16": False, "use_cpu": True,
-                     "report_to": [], "save_strategy": "steps", "save_steps": 2, "gradient_checkpointing": False,
-                     "disable_tqdm": True, **training},
-    }
-    path = folder / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    return path
-
-
-def train(recipe: Path, run_dir: Path, *extra: str) -> int:
-    return cli.main([str(recipe), "--output-dir", str(run_dir), *extra])
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return MiniMindForCausalLM.from_pretrained(folder).state_dict()
 
 
 @pytest.mark.parametrize("bad, named", [
@@ -171,9 +142,9 @@ def test_a_kill_between_the_final_renames_leaves_a_readable_final(tmp_path):
     old = {k: v.clone() for k, v in weights(final).items()}
     script = textwrap.dedent(f"""
         import os, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         import torch
-        from test_trainer_helpers import tiny_model, tiny_tokenizer
+        from helpers import tiny_model, tiny_tokenizer
         from minimind_trl.trainer import run
         model = tiny_model()
         with torch.no_grad():

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_trainer_helpers import make_trainer, saved_tiny_model, tiny_model
+from helpers import make_trainer, saved_tiny_model, tiny_model
 
 from minimind_trl.metric_names import (
     GENERATION_TOKENS_PER_SECOND,
@@ -25,7 +25,7 @@ from minimind_trl.metric_names import (
 )
 from minimind_trl.trainer.recorder import StepRecorder, read_metrics, truncate_metrics
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "grpo_metrics_tiny.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "grpo_metrics_tiny.json"
 VARYING = {*TIMING_KEYS, UPDATE_TOKENS_PER_SECOND, GENERATION_TOKENS_PER_SECOND}
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_trainer_helpers import tiny_tokenizer_path
+from helpers import tiny_tokenizer_path
 
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
@@ -37,9 +37,9 @@ from minimind_trl.trainer.recipe import (
 )
 from minimind_trl.trainer.recipe_schema import REQUIRED
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
-GOLDEN = Path(__file__).resolve().parent / "golden" / "recipes_resolved.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "recipes_resolved.json"
 
 GRPO = {
     "kind": "grpo",
