@@ -29,10 +29,13 @@ metric ``tool_malformed_per_trajectory``, the evaluation records and the rewards
   in training and evaluation such a turn is a call turn (its calls run, the odd ones fail), so
   only the text-alone reading differs there;
 * a plain-text turn's malformed calls are *all* ``<tool_call>`` blocks of its reply, good or bad
-  (a reply with any malformed block parses as plain text, so none of its calls runs); a call turn
-  has none. The reply is the text after the turn's last ``</think>`` (`reply_text`): blocks in the
-  reasoning are not calls. One gap remains: a turn cut by the length budget is counted by this
-  rule in training (TRL parses it) but not by the evaluation rollout, which never parses it;
+  (a reply with any malformed block parses as plain text, so none of its calls runs); a call
+  turn's are the malformed blocks TRL left in its content after taking its calls (a stray
+  ``</tool_call>``, a second call's text cut loose from its tags: written, never run). From text
+  alone a call turn has none (the grammar finds no malformed block in it). The reply is the text
+  after the turn's last ``</think>`` (`reply_text`): blocks in the reasoning are not calls. One
+  gap remains: a turn cut by the length budget is counted by this rule in training (TRL parses
+  it) but not by the evaluation rollout, which never parses it;
 * an observation is an error iff it is our tools' ``{"error": ...}`` JSON or TRL's
   ``{'error': ...}`` repr (`is_error_observation`).
 
@@ -103,11 +106,14 @@ def message_calls(message: dict) -> list[dict]:
 
 
 def message_malformed_calls(message: dict) -> int:
-    """`turn_malformed_calls` of a parsed assistant message: 0 when it has structured calls,
-    else every ``<tool_call>`` block of its content's reply (TRL read it as plain text)."""
+    """The malformed calls of a parsed assistant message (module docstring): with structured
+    calls, the malformed blocks TRL left in its content (stray tags, call text it did not take as
+    a call: none of it runs); without, every ``<tool_call>`` block of its content's reply (TRL read
+    it as plain text)."""
+    content = message_text(message.get("content"))
     if message.get("tool_calls"):
-        return 0
-    return turn_malformed_calls(message_text(message.get("content")), read_as_text=True)
+        return parse_tool_calls(reply_text(content)).malformed
+    return turn_malformed_calls(content, read_as_text=True)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

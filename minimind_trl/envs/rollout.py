@@ -49,6 +49,7 @@ from minimind_trl.envs.protocol import (
     DEFAULT_MAX_TOOL_TURNS,
     TrajectoryRecord,
     is_error_observation,
+    message_malformed_calls,
     parse_model_turn,
     prompt_ids_for,
     recordable,
@@ -115,6 +116,7 @@ def _take_turn(traj: Trajectory, context: list[int], ids: list[int], tokenizer: 
         traj.malformed_calls += turn_malformed_calls(text, read_as_text=True)
         traj.finished = True
         return None
+    traj.malformed_calls += message_malformed_calls(message)  # what TRL left beside the calls
     if turn >= max_tool_turns:
         traj.pending_call = True
         return None

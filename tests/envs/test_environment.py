@@ -317,7 +317,13 @@ MALFORMED_SCRIPTS = {  # key: (turns, open_thinking, malformed calls worked by h
     "[bad-json]": (["<tool_call>\n{oops}\n</tool_call> It is 21."], False, 1),
     # a bad block inside the reasoning is no call: 0 (the old reward on decoded text: 1)
     "[in-think]": (["maybe " + BAD + "\n</think>\n\nIt is 21."], True, 0),
+    # a call that runs with a stray </tool_call> after it: TRL takes the call and leaves the tag in
+    # the content, written but never run: 1 (the old record and evaluation rule: 0)
+    "[stray-close]": ([GOOD + "\n</tool_call>", "It is 21."], False, 1),
 }
+# From decoded text alone the grammar cannot tell TRL's leftovers from a plain-text reply: the stray
+# tag makes the turn read as plain text, so both its blocks count (envs/protocol.py docstring).
+TEXT_ONLY_MALFORMED = {"[stray-close]": 2}
 
 
 def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, registry, tmp_path):
@@ -354,12 +360,13 @@ def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, 
         assert record.malformed_calls == expected, key  # training's tool_malformed_per_trajectory
         assert view_completion(completion).malformed == expected, key  # the rewards' count
         assert format_reward([], [completion]) == [-1.0 if expected else 0.0], key
-        assert record.finished and record.valid_calls == (key == "[later-bad]"), key
+        assert record.finished and record.valid_calls == (key in ("[later-bad]", "[stray-close]")), key
         (traj,) = rollout(trainer.model, tokenizer, [{"conversations": row["prompt"]}], registry,
                           max_tool_turns=1, max_new_tokens=512, open_thinking=row["open_thinking"],
                           progress=False)
         assert traj.malformed_calls == expected, key  # evaluation's malformed_calls
-        assert view_completion(traj.text).malformed == expected, key  # the rewards on decoded text
+        text_only = TEXT_ONLY_MALFORMED.get(key, expected)
+        assert view_completion(traj.text).malformed == text_only, key  # the rewards on decoded text
 
 
 def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(tokenizer, registry, tmp_path):
