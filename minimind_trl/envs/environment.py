@@ -139,7 +139,7 @@ def _docstring(spec: ToolSpec) -> str:
     return "\n".join(lines)
 
 
-def _tool_method(spec: ToolSpec):
+def tool_method(spec: ToolSpec):
     """A function ``(self, **arguments) -> str`` that runs ``spec`` through the registry and
     shows the tool's real signature, hints and docstring to schema builders."""
     name = spec.name
@@ -179,7 +179,7 @@ def make_environment_class(registry: ToolRegistry | None = None,
     for tool in registry.names():
         if tool in _RESERVED or tool.startswith("_") or not tool.isidentifier():
             raise ValueError(f"tool name {tool!r} cannot be an environment method")
-        namespace[tool] = _tool_method(registry.spec(tool))
+        namespace[tool] = tool_method(registry.spec(tool))
     return type(name, (ToolEnvironment,), namespace)
 
 

@@ -15,6 +15,7 @@ from minimind_trl.eval.plots import plot_runs, plot_summary
 from minimind_trl.eval.report import write_summary
 from minimind_trl.eval.runner import EvalSettings, run_evaluation
 from minimind_trl.eval.summarize import summarize
+from minimind_trl.fsio import build_directory
 
 
 def _guard(command: str, body: Callable[[], int]) -> int:
@@ -138,17 +139,19 @@ def plot_main(argv: list[str]) -> int:
     )
     parser.add_argument("--runs", nargs="*", default=[], help="run folders (or metrics.jsonl files)")
     parser.add_argument("--summary", default=None, help="summary.json (or its folder) from `minimind-trl summarize`")
-    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--output-dir", required=True,
+                        help="figures folder, written whole and swapped in atomically (replaces an old one)")
     args = parser.parse_args(argv)
 
     def body() -> int:
         if not args.runs and not args.summary:
             raise EvalError("nothing to plot: give --runs and/or --summary")
         written = []
-        if args.runs:
-            written += plot_runs(args.runs, args.output_dir)
-        if args.summary:
-            written += plot_summary(args.summary, args.output_dir)
+        with build_directory(args.output_dir) as folder:  # the figures folder is replaced as a whole
+            if args.runs:
+                written += plot_runs(args.runs, folder)
+            if args.summary:
+                written += plot_summary(args.summary, folder)
         print(f"wrote {len(written)} figures to {args.output_dir}")
         return 0
 

@@ -54,6 +54,7 @@ from minimind_trl.metric_names import (  # noqa: E402
     TRAINING_FIGURES,
     UPDATE,
 )
+from minimind_trl.trainer.run_folder import METRICS  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -77,7 +78,7 @@ def _is_number(v) -> bool:
 def load_run_metrics(path: str | os.PathLike) -> tuple[str, list[dict]]:
     """(label, records) from a run folder holding metrics.jsonl, or a metrics.jsonl path."""
     p = Path(path)
-    file = p / "metrics.jsonl" if p.is_dir() else p
+    file = p / METRICS if p.is_dir() else p
     if not file.is_file():
         raise EvalError(f"no metrics.jsonl at {p}")
     try:
@@ -86,7 +87,7 @@ def load_run_metrics(path: str | os.PathLike) -> tuple[str, list[dict]]:
         raise EvalError(str(exc)) from None
     if not rows:
         raise EvalError(f"{file} holds no records")
-    label = file.parent.name if file.name == "metrics.jsonl" else file.stem
+    label = file.parent.name if file.name == METRICS else file.stem
     return label, rows
 
 

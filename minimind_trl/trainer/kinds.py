@@ -39,7 +39,7 @@ from trl import DistillationConfig, DistillationTrainer, DPOConfig, DPOTrainer, 
 
 from minimind_trl.conversation import prompt_turns, task_prompt
 from minimind_trl.data.formats import conversations_to_messages
-from minimind_trl.envs.environment import _tool_method, install_parse_guard, make_environment_class, with_open_thinking
+from minimind_trl.envs.environment import install_parse_guard, make_environment_class, tool_method, with_open_thinking
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfig
 from minimind_trl.plugins import load_object
@@ -64,6 +64,7 @@ from minimind_trl.trainer.recipe_schema import (
     one_of,
     recipe_key,
 )
+from minimind_trl.trainer.run_folder import METRICS
 
 # ----------------------------------------------------------------------------------- the type
 
@@ -170,7 +171,7 @@ def eval_log(config, eval_rows: list[dict] | None) -> list | None:
 
 def _log_history(config) -> LogHistoryCallback:
     """``metrics.jsonl`` for TRL's trainers (the GRPO trainer writes its own)."""
-    return LogHistoryCallback(os.path.join(config.output_dir, "metrics.jsonl"))
+    return LogHistoryCallback(os.path.join(config.output_dir, METRICS))
 
 
 # ------------------------------------------------------------------------------------- grpo
@@ -540,7 +541,7 @@ def distill_tools(distill: dict) -> list:
             return registry.call(name, arguments)
 
     runner = _Runner()
-    return [_tool_method(registry.spec(name)).__get__(runner) for name in registry.names()]
+    return [tool_method(registry.spec(name)).__get__(runner) for name in registry.names()]
 
 
 def distill_dataset(rows: list[dict]) -> Dataset:

@@ -101,6 +101,20 @@ def test_plot_cli_runs(tmp_path):
     assert (tmp_path / "fig" / "by_update.png").stat().st_size > 2000
 
 
+def test_plot_cli_replaces_the_figures_folder_whole_or_not_at_all(tmp_path):
+    run = write_metrics(tmp_path / "run", k=3)
+    fig = tmp_path / "fig"
+    fig.mkdir()
+    (fig / "stale.png").write_bytes(b"old figure")
+    assert plot_main(["--runs", str(run), "--output-dir", str(fig)]) == 0
+    assert not (fig / "stale.png").exists() and (fig / "by_update.png").is_file()  # a new folder, swapped in
+    before = sorted(p.name for p in fig.iterdir())
+    # the run figures draw, then the summary fails: the old folder stays as it was, no staging left
+    assert plot_main(["--runs", str(run), "--summary", str(tmp_path / "missing.json"), "--output-dir", str(fig)]) == 2
+    assert sorted(p.name for p in fig.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig", "run"]
+
+
 def test_moe_figures_take_the_trainers_keys_and_only_them():
     keys = [k for k, v in moe_figures(flips=1).items() if isinstance(v, float)] + ["aux_loss", "entropy",
                                                                                     "policy_loss", "loss"]
