@@ -52,6 +52,8 @@ def tiny_tokenizer_path() -> str | None:
 
 
 def tiny_model(seed: int = 0, moe: bool = False) -> MiniMindForCausalLM:
+    """conftest's ``make_tiny_model(moe, seed).train()`` as a plain function, for module-scoped
+    fixtures and the subprocess scripts that import this file (no pytest fixtures there)."""
     torch.manual_seed(seed)
     return MiniMindForCausalLM(get_preset("tiny-moe" if moe else "tiny"))
 

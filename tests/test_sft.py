@@ -9,8 +9,7 @@ import torch
 from trl import SFTTrainer
 
 from minimind_trl.data import conversations_to_messages, generate_tasks, gold_trajectory
-from minimind_trl.envs.tools import default_registry
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset
+from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.sft import (
     ASSISTANT_HEADER,
     SUMMARY_FILE,
@@ -69,9 +68,10 @@ BRIEF_CONVERSATION = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
+@pytest.fixture
+def tok(tokenizer):
+    """The shared packaged tokenizer (conftest), under this file's short name."""
+    return tokenizer
 
 
 def _ids(tok, text):
@@ -108,8 +108,7 @@ def test_mask_is_exactly_the_assistant_tokens(tok, conversation):
     assert learned.count("<|im_end|>") == sum(turn["role"] == "assistant" for turn in conversation)
 
 
-def test_mask_on_gold_trajectories(tok):
-    registry = default_registry()
+def test_mask_on_gold_trajectories(tok, registry):
     for task in generate_tasks(4, seed=3):
         row = gold_trajectory(task, registry)
         ids, mask = tokenize_conversation(row["conversations"], tok)
@@ -155,16 +154,11 @@ def test_overlong_rows_are_dropped_and_counted(tok):
         build_sft_dataset(rows, tok, max_length=lengths[1] - 1)
 
 
-def _tiny_model(preset="tiny"):
-    torch.manual_seed(0)
-    return MiniMindForCausalLM(get_preset(preset))
-
-
-def test_sft_trainer_labels_are_the_mask(tok, tmp_path):
+def test_sft_trainer_labels_are_the_mask(tok, tmp_path, make_tiny_model):
     rows = [{"conversations": TOOL_CONVERSATION}, {"conversations": CHAT_CONVERSATION}]
     dataset, _ = build_sft_dataset(rows, tok, 1024)
     config = sft_config(tmp_path, max_length=1024, per_device_train_batch_size=2, disable_tqdm=True)
-    trainer = SFTTrainer(model=_tiny_model(), args=config, train_dataset=dataset, processing_class=tok)
+    trainer = SFTTrainer(model=make_tiny_model().train(), args=config, train_dataset=dataset, processing_class=tok)
     prepared = trainer.train_dataset
     assert prepared["input_ids"] == dataset["input_ids"]
     batch = trainer.data_collator([prepared[i] for i in range(len(prepared))])
@@ -175,9 +169,9 @@ def test_sft_trainer_labels_are_the_mask(tok, tmp_path):
         assert (batch["labels"][row, n:] == -100).all() and (batch["attention_mask"][row, n:] == 0).all()
 
 
-def test_three_steps_reduce_the_assistant_loss(tok, tmp_path):
+def test_three_steps_reduce_the_assistant_loss(tok, tmp_path, make_tiny_model):
     rows = [{"conversations": CHAT_CONVERSATION}, {"conversations": BRIEF_CONVERSATION}]
-    model = _tiny_model()
+    model = make_tiny_model().train()
     dataset, _ = build_sft_dataset(rows, tok, 1024)
     with torch.no_grad():  # the masked loss SFTTrainer must report at step 1, computed by hand
         nll_sum, count = 0.0, 0
@@ -197,7 +191,7 @@ def test_three_steps_reduce_the_assistant_loss(tok, tmp_path):
     assert run.train_data.loss_tokens == count and run.trainer.state.global_step == 3
 
 
-def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path):
+def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path, make_tiny_model):
     short, long = "Tools return JSON.", "word " * 200
     dataset, stats = build_sft_dataset([{"text": short}, {"text": long}], tok, max_length=32, mode="pretrain")
     assert dataset.column_names == ["input_ids"]
@@ -208,8 +202,8 @@ def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path):
     assert stats.tokens == len(dataset[0]["input_ids"]) + 32 and stats.loss_tokens == stats.tokens - 2
 
     args = {"max_length": 32, "max_steps": 1, "per_device_train_batch_size": 2, "disable_tqdm": True}
-    run = run_sft(_tiny_model(), tok, [{"text": short}, {"text": long}], tmp_path, sft_args=args, mode="pretrain",
-                  eval_rows=[{"text": short}])
+    run = run_sft(make_tiny_model().train(), tok, [{"text": short}, {"text": long}], tmp_path, sft_args=args,
+                  mode="pretrain", eval_rows=[{"text": short}])
     prepared = run.trainer.train_dataset
     batch = run.trainer.data_collator([prepared[i] for i in range(len(prepared))])
     real = batch["attention_mask"].bool()
@@ -225,7 +219,7 @@ def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path):
     assert load_tokenizer(tmp_path)(short)["input_ids"] == _ids(tok, short)
 
 
-def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path):
+def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path, make_tiny_model):
     texts = ["Tools return JSON.", "word " * 40, "7 + 5 = 12", "last text, partly dropped"]
     stream = [t for text in texts for t in [tok.bos_token_id, *_ids(tok, text), tok.eos_token_id]]
     dataset, stats = build_sft_dataset([{"text": t} for t in texts], tok, max_length=16, mode="pretrain", pack=True)
@@ -239,14 +233,14 @@ def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path):
     with pytest.raises(ValueError, match="nothing to pack"):
         build_sft_dataset([{"text": "x"}], tok, max_length=64, mode="pretrain", pack=True)
     # Equal-length blocks: the collator adds no padding, every position has a label.
-    run = run_sft(_tiny_model(), tok, [{"text": t} for t in texts], tmp_path, mode="pretrain", pack=True,
+    run = run_sft(make_tiny_model().train(), tok, [{"text": t} for t in texts], tmp_path, mode="pretrain", pack=True,
                   sft_args={"max_length": 16, "max_steps": 1, "per_device_train_batch_size": 2, "disable_tqdm": True})
     prepared = run.trainer.train_dataset
     batch = run.trainer.data_collator([prepared[i] for i in range(2)])
     assert batch["attention_mask"].all() and torch.equal(batch["labels"], batch["input_ids"])
 
 
-def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path):
+def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path, make_tiny_model):
     """MiniMindSFTTrainer's training loss for a MoE model equals MiniMind's own forward loss
     (mean masked CE + coef * router_aux_loss, the upstream formula); TRL's stock SFTTrainer adds
     Mixtral's load-balancing loss instead, which differs."""
@@ -255,7 +249,7 @@ def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path
     config = sft_config(tmp_path, max_length=1024, per_device_train_batch_size=2, disable_tqdm=True)
     losses = {}
     for name, cls in (("ours", MiniMindSFTTrainer), ("stock", SFTTrainer)):
-        model = _tiny_model("tiny-moe").train()
+        model = make_tiny_model(moe=True).train()
         trainer = cls(model=model, args=config, train_dataset=dataset, processing_class=tok)
         batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
         with torch.no_grad():
@@ -270,11 +264,11 @@ def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path
     assert abs(losses["stock"] - losses["ours"]) > 1e-4 and losses["stock"] > ce.item()
 
 
-def test_moe_sft_adds_the_router_aux_loss(tok, tmp_path):
+def test_moe_sft_adds_the_router_aux_loss(tok, tmp_path, make_tiny_model):
     args = {"max_length": 256, "max_steps": 1, "per_device_train_batch_size": 1, "logging_steps": 1,
             "disable_tqdm": True}
-    run = run_sft(_tiny_model("tiny-moe"), tok, [{"conversations": CHAT_CONVERSATION}], tmp_path, sft_args=args,
-                  save=False)
+    run = run_sft(make_tiny_model(moe=True).train(), tok, [{"conversations": CHAT_CONVERSATION}], tmp_path,
+                  sft_args=args, save=False)
     logged = run.trainer.state.log_history[0]
     assert logged["aux_loss"] > 0 and run.trainer.router_aux_loss_coef == pytest.approx(5e-4)
 

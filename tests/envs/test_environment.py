@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-import torch
 from datasets import Dataset
 from rollout_helpers import (  # tests/ is on sys.path (pytest's pythonpath)
     SCRIPTS,
@@ -31,8 +30,7 @@ from minimind_trl.envs.environment import (
 from minimind_trl.envs.protocol import TrajectoryRecord, prompt_ids_for, record_from_completion
 from minimind_trl.envs.registry import ToolRegistry
 from minimind_trl.envs.rollout import rollout
-from minimind_trl.envs.tools import default_registry
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.modeling import save_for_hub
 from minimind_trl.rewards import format_reward, view_completion
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.kinds import build_distill_trainer, distill_config
@@ -42,12 +40,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 @pytest.fixture(scope="module")
-def registry():
-    return default_registry()
-
-
-@pytest.fixture(scope="module")
 def tokenizer():
+    """Its own tokenizer, not the shared one: the trainers here install `ParseGuard` on it."""
     return load_tokenizer()
 
 
@@ -150,7 +144,7 @@ EXPECTED_OBSERVATIONS = {  # per turn, as they appear in the tool messages
 }
 
 
-def make_trainer(tokenizer, registry, tmp_path, cap_in_config=2, cap_in_env=2):
+def make_trainer(tokenizer, registry, tmp_path, make_tiny_model, cap_in_config=2, cap_in_env=2):
     rows = []
     for i, (key, think) in enumerate(ROWS.items()):
         task = make_task(registry, f"{key} compute it", f"t{i}")
@@ -165,21 +159,20 @@ def make_trainer(tokenizer, registry, tmp_path, cap_in_config=2, cap_in_env=2):
                       max_completion_length=1024, max_tool_calling_iterations=cap_in_config,
                       max_steps=1, learning_rate=1e-4, bf16=False, activation_checkpointing=False,
                       use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0)
-    torch.manual_seed(0)
-    model = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer)
+    model = scripted(make_tiny_model().train(), tokenizer)
     trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
                                train_dataset=Dataset.from_list(rows), reward_funcs=reward_valid_calls,
                                environment_factory=make_environment_class(registry, cap_in_env))
     return trainer, seen
 
 
-def test_mixin_requires_matching_turn_cap(tokenizer, registry, tmp_path):
+def test_mixin_requires_matching_turn_cap(tokenizer, registry, tmp_path, make_tiny_model):
     with pytest.raises(ValueError, match="max_tool_calling_iterations=3"):
-        make_trainer(tokenizer, registry, tmp_path, cap_in_config=3, cap_in_env=2)
+        make_trainer(tokenizer, registry, tmp_path, make_tiny_model, cap_in_config=3, cap_in_env=2)
 
 
-def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry, tmp_path):
-    trainer, seen = make_trainer(tokenizer, registry, tmp_path)
+def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry, tmp_path, make_tiny_model):
+    trainer, seen = make_trainer(tokenizer, registry, tmp_path, make_tiny_model)
     trainer.train()
     batch, inputs = trainer.last_batch, trainer.last_inputs
     assert len(inputs) == 8 and seen["records"] == [env.record for env in trainer.environments]
@@ -248,8 +241,7 @@ HOSTILE_SCRIPTS = {  # the model writes JSON escapes: \ud800 is a lone surrogate
 }
 
 
-def test_hostile_calls_are_observations_in_training_and_evaluation(tokenizer, tmp_path):
-    registry = default_registry()
+def test_hostile_calls_are_observations_in_training_and_evaluation(tokenizer, registry, tmp_path, make_tiny_model):
     tools = json.dumps(registry.schemas(), ensure_ascii=False)
     rows = []
     for key in HOSTILE_SCRIPTS:
@@ -260,8 +252,7 @@ def test_hostile_calls_are_observations_in_training_and_evaluation(tokenizer, tm
                       max_completion_length=512, max_tool_calling_iterations=1, max_steps=1,
                       learning_rate=1e-4, bf16=False, activation_checkpointing=False, use_cpu=True,
                       report_to="none", save_strategy="no", logging_steps=1, seed=0)
-    torch.manual_seed(0)
-    model = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer, HOSTILE_SCRIPTS)
+    model = scripted(make_tiny_model().train(), tokenizer, HOSTILE_SCRIPTS)
     trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
                                train_dataset=Dataset.from_list(rows),
                                reward_funcs=lambda completions, **kw: [0.0] * len(completions),
@@ -326,7 +317,8 @@ MALFORMED_SCRIPTS = {  # key: (turns, open_thinking, malformed calls worked by h
 TEXT_ONLY_MALFORMED = {"[stray-close]": 2}
 
 
-def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, registry, tmp_path):
+def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, registry, tmp_path,
+                                                                   make_tiny_model):
     """TRL's loop produces the completions; the record behind ``tool_malformed_per_trajectory``,
     the rewards' view of the parsed messages (``format_reward``), evaluation's rollout and the
     view of its decoded text all count the hand-worked malformed calls."""
@@ -344,9 +336,8 @@ def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, 
                       max_completion_length=512, max_tool_calling_iterations=1, max_steps=1,
                       learning_rate=1e-4, bf16=False, activation_checkpointing=False, use_cpu=True,
                       report_to="none", save_strategy="no", logging_steps=1, seed=0)
-    torch.manual_seed(0)
     scripts = {key: turns for key, (turns, _, _) in MALFORMED_SCRIPTS.items()}
-    model = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer, scripts)
+    model = scripted(make_tiny_model().train(), tokenizer, scripts)
     trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
                                train_dataset=Dataset.from_list(rows), reward_funcs=reward,
                                environment_factory=make_environment_class(registry, 1))
@@ -369,30 +360,30 @@ def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, 
         assert view_completion(traj.text).malformed == text_only, key  # the rewards on decoded text
 
 
-def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(tokenizer, registry, tmp_path):
+def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(tokenizer, registry, tmp_path,
+                                                                              make_tiny_model):
     ids = tokenizer(f"<tool_call>\n{DEEP}\n</tool_call><|im_end|>", add_special_tokens=False)["input_ids"]
     prompt = prompt_ids_for(tokenizer, [{"role": "user", "content": "q"}], registry.schemas(), False)
     bare = load_tokenizer()
     with pytest.raises(RecursionError):  # what TRL's loop met before: it catches ValueError/TypeError only
         parse_response(bare, ids, prefix=prompt, tools=registry.schemas())
-    trainer, _ = make_trainer(tokenizer, registry, tmp_path)  # the mixin installs the guard
+    trainer, _ = make_trainer(tokenizer, registry, tmp_path, make_tiny_model)  # the mixin installs the guard
     assert isinstance(trainer._tokenizer.parse_response, ParseGuard)
     message = parse_response(trainer._tokenizer, ids, prefix=prompt, tools=registry.schemas())
     assert "tool_calls" not in message and message["content"].startswith("<tool_call>")  # plain text
     record = record_from_completion([message], ids, None, tokenizer.eos_token_id)
     assert record.malformed_calls == 1 and record.finished and not record.observations
-    model = scripted(MiniMindForCausalLM(get_preset("tiny")).eval(), tokenizer,
+    model = scripted(make_tiny_model(), tokenizer,
                      {"[deep]": [f"<tool_call>\n{DEEP}\n</tool_call>"]})
     (traj,) = rollout(model, tokenizer, [make_task(registry, "[deep] q", "d")], registry,
                       max_new_tokens=4096, progress=False)
     assert (traj.malformed_calls, traj.finished, traj.observations) == (1, True, [])
 
 
-def test_deeply_nested_call_json_is_a_malformed_call_in_distillation(tokenizer, registry, tmp_path):
+def test_deeply_nested_call_json_is_a_malformed_call_in_distillation(tokenizer, registry, tmp_path, make_tiny_model):
     """TRL's distillation tool loop (``tools=``) parses replies as GRPO's does: the guard is installed
     there too, so the 1000-deep call is plain text (no tool runs) instead of a RecursionError."""
-    torch.manual_seed(1)
-    teacher = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), tokenizer, tmp_path / "teacher")
+    teacher = save_for_hub(make_tiny_model(seed=1).train(), tokenizer, tmp_path / "teacher")
     recipe = validate_recipe({
         "kind": "distill", "seed": 0, "model": {"preset": "tiny"}, "data": {"path": str(tmp_path)},
         "distill": {"teacher_path": str(teacher), "max_completion_length": 2100, "max_tool_turns": 1,
@@ -400,8 +391,7 @@ def test_deeply_nested_call_json_is_a_malformed_call_in_distillation(tokenizer, 
         "training": {"use_cpu": True, "bf16": False, "report_to": [], "max_steps": 1, "logging_steps": 1,
                      "per_device_train_batch_size": 1, "learning_rate": 1e-4, "save_strategy": "no",
                      "disable_tqdm": True, "activation_checkpointing": False}})
-    torch.manual_seed(0)
-    student = scripted(MiniMindForCausalLM(get_preset("tiny")), tokenizer,
+    student = scripted(make_tiny_model().train(), tokenizer,
                        {"[deep]": [f"<tool_call>\n{DEEP}\n</tool_call>"]})
     trainer = build_distill_trainer(recipe, distill_config(recipe, str(tmp_path / "run")), student,
                                     tokenizer, [make_task(registry, "[deep] q", "d")])

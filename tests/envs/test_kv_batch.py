@@ -14,15 +14,13 @@ from minimind_trl.envs.kv_batch import (
     prefix_clusters,
     shared_prefix_length,
 )
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 
 PAD = 0
 
 
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(3)
-    sharp = MiniMindForCausalLM(get_preset("tiny")).eval()
+@pytest.fixture
+def model(make_tiny_model):
+    sharp = make_tiny_model(seed=3)
     with torch.no_grad():  # large weights: logits that depend strongly on the context
         for parameter in sharp.parameters():
             if parameter.dim() > 1:

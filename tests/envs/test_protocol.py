@@ -16,7 +16,6 @@ from minimind_trl.envs.protocol import (
     record_from_completion,
     turn_malformed_calls,
 )
-from minimind_trl.envs.tools import default_registry
 from minimind_trl.rewards import format_reward, view_completion
 from minimind_trl.tokenization import load_tokenizer
 
@@ -43,15 +42,16 @@ CASES = {  # reply: (TRL reads it as calls, malformed calls by the protocol rule
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    """Its own tokenizer, not the shared one: `install_parse_guard` changes it."""
     tok = load_tokenizer()
     install_parse_guard(tok)  # as the trainer does: every parser failure is plain text
     return tok
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_one_malformed_count_for_records_rewards_and_text(tokenizer, name):
+def test_one_malformed_count_for_records_rewards_and_text(tokenizer, registry, name):
     reply, as_calls, expected = CASES[name]
-    schemas = default_registry().schemas()
+    schemas = registry.schemas()
     prompt = prompt_ids_for(tokenizer, [{"role": "user", "content": "q"}], schemas)
     ids = tokenizer(reply + "<|im_end|>", add_special_tokens=False)["input_ids"]
     message = parse_model_turn(tokenizer, ids, prompt, schemas, reply)

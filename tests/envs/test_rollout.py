@@ -10,25 +10,11 @@ from rollout_helpers import CALL, SCRIPTS, independent_rendering, make_task, scr
 
 from minimind_trl.envs.protocol import tool_turn_ids
 from minimind_trl.envs.rollout import rollout
-from minimind_trl.envs.tools import default_registry
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset
-from minimind_trl.tokenization import load_tokenizer
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return default_registry()
-
-
-@pytest.fixture(scope="module")
-def model(tokenizer):
-    torch.manual_seed(0)
-    return scripted(MiniMindForCausalLM(get_preset("tiny")).eval(), tokenizer)
+@pytest.fixture
+def model(tiny_model, tokenizer):
+    return scripted(tiny_model, tokenizer)
 
 
 def assert_matches_rendering(tokenizer, task, traj, observations_per_turn):
@@ -199,12 +185,11 @@ def test_sampling_is_seeded_and_leaves_global_rng(tokenizer, registry, model):
     assert model.training is False
 
 
-def test_cached_turns_equal_a_full_forward_pass(tokenizer, registry):
+def test_cached_turns_equal_a_full_forward_pass(tokenizer, registry, make_tiny_model):
     """The KV cache kept across turns (shared prefix, pads inside the sequence, rows leaving the
     batch) must give what an uncached model gives: every greedy token of a free turn after a
     tool turn is the argmax of one plain forward pass over ``prompt_ids + completion_ids``."""
-    torch.manual_seed(1)
-    sharp = MiniMindForCausalLM(get_preset("tiny")).eval()
+    sharp = make_tiny_model(seed=1)
     with torch.no_grad():  # large weights: context-dependent, well-separated greedy choices
         for parameter in sharp.parameters():
             if parameter.dim() > 1:

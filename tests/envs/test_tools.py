@@ -13,15 +13,9 @@ from minimind_trl.envs.tools import (
     UNIT_FACTORS,
     ToolError,
     ToolRegistry,
-    default_registry,
     format_number,
     parse_tool_calls,
 )
-
-
-@pytest.fixture(scope="module")
-def registry():
-    return default_registry()
 
 
 def result(observation: str) -> str:

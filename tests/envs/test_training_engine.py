@@ -13,7 +13,6 @@ from rollout_helpers import make_task, scripted  # tests/ is on sys.path (pytest
 from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.generation import RowSampler, Sampling, TurnCache, generate_turns
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
@@ -31,10 +30,12 @@ class Recording(MiniMindToolGRPOTrainer):
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    """Its own tokenizer, not the shared one: the tool trainers install `ParseGuard` on it."""
     return load_tokenizer()
 
 
-def make_trainer(tmp_path, tokenizer, engine, moe=False, max_completion_length=1024, greedy=True, seed=0):
+def make_trainer(tmp_path, tokenizer, make_tiny_model, engine, moe=False, max_completion_length=1024, greedy=True,
+                 seed=0):
     registry = default_registry()
     rows = []
     for i, key in enumerate(KEYS):
@@ -47,8 +48,7 @@ def make_trainer(tmp_path, tokenizer, engine, moe=False, max_completion_length=1
         num_iterations=1, learning_rate=1e-4, bf16=False, gradient_checkpointing=False, use_cpu=True,
         report_to=[], save_strategy="no", seed=seed, disable_tqdm=True, rollout_engine=engine,
         generation_kwargs={"do_sample": False} if greedy else None)
-    torch.manual_seed(0)
-    model = scripted(MiniMindForCausalLM(get_preset("tiny-moe" if moe else "tiny")), tokenizer)
+    model = scripted(make_tiny_model(moe=moe).train(), tokenizer)
     return Recording(model=model, args=args, processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
                      reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                      environment_factory=make_environment_class(registry, 2))
@@ -68,13 +68,14 @@ def rollout_of(trainer):
 
 @pytest.mark.parametrize("moe,length", [(False, 1024), (True, 1024), (False, 40)],
                          ids=["dense", "moe", "dense-truncated-at-40"])
-def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokenizer, moe, length):
+def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokenizer, make_tiny_model, moe, length):
     """0-2 tool rounds, a pending call at the cap, TRL's error observations for unknown tools,
     malformed calls, an unscripted row, and (40) completions cut by max_completion_length with
     tool results rolled back: every id, mask bit and record field equal."""
     runs, calls, hits = {}, [], []
     for engine in ("trl", "minimind"):
-        trainer = make_trainer(tmp_path / engine, tokenizer, engine, moe=moe, max_completion_length=length)
+        trainer = make_trainer(tmp_path / engine, tokenizer, make_tiny_model, engine, moe=moe,
+                               max_completion_length=length)
         if engine == "minimind":
             real = trainer._generate_single_turn  # check that the engine is the one generating
 
@@ -101,10 +102,10 @@ def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokeni
         assert any(r.truncated for r in records) and all(len(row[1]) <= 40 for row in runs["trl"])
 
 
-def test_sampled_rollouts_repeat_with_the_seed_and_change_with_it(tmp_path, tokenizer):
+def test_sampled_rollouts_repeat_with_the_seed_and_change_with_it(tmp_path, tokenizer, make_tiny_model):
     rollouts = []
     for name, seed in (("a", 3), ("b", 3), ("c", 4)):
-        trainer = make_trainer(tmp_path / name, tokenizer, "minimind", greedy=False, seed=seed)
+        trainer = make_trainer(tmp_path / name, tokenizer, make_tiny_model, "minimind", greedy=False, seed=seed)
         trainer.train()
         rollouts.append([row[1] for row in rollout_of(trainer)])
     assert rollouts[0] == rollouts[1]
@@ -113,10 +114,9 @@ def test_sampled_rollouts_repeat_with_the_seed_and_change_with_it(tmp_path, toke
     assert free[0] != free[1]  # the two samples of one prompt differ (their own streams)
 
 
-def test_generate_turns_does_not_depend_on_batching(tokenizer):
+def test_generate_turns_does_not_depend_on_batching(tokenizer, make_tiny_model):
     """Per-row streams: the same contexts give the same samples whatever the batch size and slice."""
-    torch.manual_seed(0)
-    model = MiniMindForCausalLM(get_preset("tiny")).eval()
+    model = make_tiny_model()
     g = torch.Generator().manual_seed(0)
     contexts = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (5, 9, 9, 14, 3)]
     contexts.append(list(contexts[1]))  # a repeated context gets its own stream (occurrence 1)
@@ -142,11 +142,10 @@ def test_minimind_engine_refuses_settings_it_does_not_implement(tmp_path):
                            per_device_train_batch_size=2)
 
 
-def test_a_resumed_turn_equals_a_fresh_encoding(tokenizer):
+def test_a_resumed_turn_equals_a_fresh_encoding(tokenizer, make_tiny_model):
     """With a TurnCache, the next turn of a row feeds only its new ids and generates what a fresh
     encoding of the whole context generates (greedy), for rows resumed from different widths."""
-    torch.manual_seed(0)
-    model = MiniMindForCausalLM(get_preset("tiny")).eval()
+    model = make_tiny_model()
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (6, 11, 11, 4)]
     greedy, cache = Sampling(do_sample=False), TurnCache()

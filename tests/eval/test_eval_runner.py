@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from rollout_helpers import scripted  # forces replies longer than one decode slice
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -20,7 +19,7 @@ from minimind_trl.eval.metrics import compute_metrics
 from minimind_trl.eval.runner import EvalSettings, evaluate_tasks, run_evaluation, run_tools, with_run_tools
 from minimind_trl.eval.stats import pass_at_k
 from minimind_trl.fsio import sha256_file
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_native_checkpoint
+from minimind_trl.modeling import MiniMindForCausalLM, save_native_checkpoint
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer, load_tokenizer
 
 SETTINGS = EvalSettings(batch_size=4, max_new_tokens=10, max_tool_turns=1)
@@ -49,13 +48,13 @@ def split_dir(tmp_path_factory):
     return root / "splits"
 
 
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return MiniMindForCausalLM(get_preset("tiny")).eval()
+@pytest.fixture
+def model(tiny_model):
+    """The shared tiny model (conftest: seed 0, eval mode), under this file's name."""
+    return tiny_model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def hub_ckpt(tmp_path_factory, model):
     path = tmp_path_factory.mktemp("ckpt") / "tiny"
     model.save_pretrained(str(path))

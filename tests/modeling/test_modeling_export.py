@@ -17,7 +17,6 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
 from minimind_trl.modeling import (
-    MiniMindForCausalLM,
     count_parameters,
     get_preset,
     load_native_checkpoint,
@@ -26,12 +25,7 @@ from minimind_trl.modeling import (
     save_native_checkpoint,
 )
 from minimind_trl.modeling.configuration_minimind import MiniMindConfig
-from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
-
-
-def tiny_model(preset: str = "tiny", seed: int = 0, **overrides) -> MiniMindForCausalLM:
-    torch.manual_seed(seed)
-    return MiniMindForCausalLM(get_preset(preset, **overrides)).eval()
+from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR
 
 
 def word_level_tokenizer():
@@ -58,8 +52,8 @@ def test_native_roundtrip_is_bit_identical(name, reference_dir, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.pth"]  # no temp file left behind
 
 
-def test_native_save_load_without_reference(tmp_path):
-    model = tiny_model("tiny-moe", num_experts_per_tok=2)
+def test_native_save_load_without_reference(tmp_path, make_tiny_model):
+    model = make_tiny_model(moe=True, num_experts_per_tok=2)
     path = save_native_checkpoint(model, tmp_path / "full_sft_64_moe.pth", dtype=torch.float32)
     state = torch.load(path, weights_only=True)
     assert list(state) == list(native_key_shapes(model.config))
@@ -73,8 +67,8 @@ def test_native_save_load_without_reference(tmp_path):
         assert torch.equal(reloaded(ids).logits, model(ids).logits)
 
 
-def test_native_mismatches_are_listed_together(tmp_path):
-    model = tiny_model("tiny-moe")
+def test_native_mismatches_are_listed_together(tmp_path, make_tiny_model):
+    model = make_tiny_model(moe=True)
     state = torch.load(save_native_checkpoint(model, tmp_path / "a.pth"), weights_only=True)
     del state["model.layers.0.mlp.experts.3.up_proj.weight"]
     state["model.layers.0.mlp.shared_expert.weight"] = torch.zeros(2)
@@ -118,10 +112,10 @@ FRESH_PROCESS_LOADER = textwrap.dedent(
 )
 
 
-def test_save_for_hub_reloads_in_fresh_process(tmp_path):
+def test_save_for_hub_reloads_in_fresh_process(tmp_path, make_tiny_model):
     models = {
-        "dense-yarn": tiny_model("tiny", inference_rope_scaling=True),
-        "moe": tiny_model("tiny-moe", seed=1),
+        "dense-yarn": make_tiny_model(inference_rope_scaling=True),
+        "moe": make_tiny_model(moe=True, seed=1),
     }
     folders = []
     for name, model in models.items():
@@ -167,8 +161,8 @@ def test_save_for_hub_reloads_in_fresh_process(tmp_path):
     assert qwen_config["rope_parameters"]["attention_factor"] == 1.0
 
 
-def test_save_for_hub_replaces_atomically(tmp_path):
-    model = tiny_model()
+def test_save_for_hub_replaces_atomically(tmp_path, make_tiny_model):
+    model = make_tiny_model()
     target = tmp_path / "export"
     save_for_hub(model, None, target, format="qwen3")
     (target / "stale.txt").write_text("from an earlier export")
@@ -192,7 +186,7 @@ def test_save_for_hub_replaces_atomically(tmp_path):
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
-def test_trl_sft_trainer_lowers_loss(preset, tmp_path):
+def test_trl_sft_trainer_lowers_loss(preset, tmp_path, make_tiny_model):
     generator = torch.Generator().manual_seed(0)
     rows = [{"input_ids": [1, *torch.randint(3, 40, (15,), generator=generator).tolist(), 2]} for _ in range(8)]
     args = SFTConfig(
@@ -200,8 +194,8 @@ def test_trl_sft_trainer_lowers_loss(preset, tmp_path):
         lr_scheduler_type="constant", report_to="none", use_cpu=True, bf16=False, fp16=False,
         logging_steps=1, save_strategy="no", dataloader_num_workers=0, seed=0, disable_tqdm=True,
     )
-    trainer = SFTTrainer(model=tiny_model(preset), args=args, train_dataset=Dataset.from_list(rows),
-                         processing_class=word_level_tokenizer())
+    trainer = SFTTrainer(model=make_tiny_model(moe=preset == "tiny-moe"), args=args,
+                         train_dataset=Dataset.from_list(rows), processing_class=word_level_tokenizer())
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert trainer.state.global_step == 3 and len(logs) == 3
@@ -219,8 +213,8 @@ OLD_QWEN3_MOE_DEFAULTS = {**OLD_QWEN3_DEFAULTS, "num_experts": 128}
 
 @pytest.mark.parametrize("preset,overrides", [("tiny", {"inference_rope_scaling": True}),
                                                ("tiny", {"rope_theta": 5e5}), ("tiny-moe", {})])
-def test_qwen3_export_config_reads_right_with_old_loaders(preset, overrides, tmp_path):
-    model = tiny_model(preset, **overrides)
+def test_qwen3_export_config_reads_right_with_old_loaders(preset, overrides, tmp_path, make_tiny_model):
+    model = make_tiny_model(moe=preset == "tiny-moe", **overrides)
     model.config.use_cache = False  # as training with activation checkpointing leaves it
     config = json.loads((save_for_hub(model, None, tmp_path / "q", format="qwen3") / "config.json").read_text())
     old_defaults = OLD_QWEN3_MOE_DEFAULTS if model.config.use_moe else OLD_QWEN3_DEFAULTS
@@ -257,12 +251,12 @@ RUN_MANIFEST = {
 }
 
 
-def test_model_card_from_the_run_manifest_and_arguments(tmp_path):
+def test_model_card_from_the_run_manifest_and_arguments(tmp_path, make_tiny_model, tokenizer):
     run_dir = tmp_path / "runs" / "e0_sft"
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps(RUN_MANIFEST))
-    dense, moe = tiny_model(), tiny_model("tiny-moe")
-    card = (save_for_hub(dense, load_tokenizer(), run_dir / "final") / "README.md").read_text()  # as runs do
+    dense, moe = make_tiny_model(), make_tiny_model(moe=True)
+    card = (save_for_hub(dense, tokenizer, run_dir / "final") / "README.md").read_text()  # as runs do
     assert _front_matter(card) == {"license": "apache-2.0", "library_name": "transformers",
                                    "pipeline_tag": "text-generation",
                                    "tags": ["minimind", "minimind-trl", "qwen3", "tool-use"]}
@@ -271,7 +265,7 @@ def test_model_card_from_the_run_manifest_and_arguments(tmp_path):
                      "data/sft (split train, 800 rows)", "1234abcd"):
         assert fragment in card, fragment
 
-    qwen = save_for_hub(moe, load_tokenizer(), tmp_path / "export" / "qwen3", format="qwen3",
+    qwen = save_for_hub(moe, tokenizer, tmp_path / "export" / "qwen3", format="qwen3",
                         manifest=run_dir, metrics={"task_success": 0.7, "questions": 150},
                         base_model="someone/MiniMind-3-MoE")
     card = (qwen / "README.md").read_text()
@@ -298,12 +292,12 @@ def test_model_card_from_the_run_manifest_and_arguments(tmp_path):
         "class MiniMindForCausalLM", "class Qwen3MoeForCausalLM"]
 
 
-def test_exported_tokenizer_config_has_no_local_leftovers(tmp_path):
+def test_exported_tokenizer_config_has_no_local_leftovers(tmp_path, make_tiny_model, tokenizer):
     source = tmp_path / "somewhere" / "my_tokenizer"
     shutil.copytree(DEFAULT_TOKENIZER_DIR, source)
-    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    copied = AutoTokenizer.from_pretrained(str(source))
     for fmt in ("minimind", "qwen3"):
-        folder = save_for_hub(tiny_model(), tokenizer, tmp_path / f"out-{fmt}", format=fmt)
+        folder = save_for_hub(make_tiny_model(), copied, tmp_path / f"out-{fmt}", format=fmt)
         text = (folder / "tokenizer_config.json").read_text()
         config = json.loads(text)
         assert not {"is_local", "local_files_only", "name_or_path", "_name_or_path"} & set(config)
@@ -311,5 +305,5 @@ def test_exported_tokenizer_config_has_no_local_leftovers(tmp_path):
         assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a class 4.x also has
         again = AutoTokenizer.from_pretrained(str(folder))
         sample = "<|im_start|>user\n12 * 7 = 84<tool_call><|im_end|>"
-        assert again(sample)["input_ids"] == load_tokenizer()(sample)["input_ids"]
-        assert again.chat_template == load_tokenizer().chat_template
+        assert again(sample)["input_ids"] == tokenizer(sample)["input_ids"]
+        assert again.chat_template == tokenizer.chat_template

@@ -52,9 +52,10 @@ CONVERT_TOOL = {
 }
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer()
+@pytest.fixture
+def tok(tokenizer):
+    """The shared packaged tokenizer (conftest), under this file's short name."""
+    return tokenizer
 
 
 def _golden_cases(reference_dir):

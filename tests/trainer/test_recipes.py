@@ -21,7 +21,7 @@ from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.modeling import save_for_hub
 from minimind_trl.trainer import cli, kinds
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, read_recipe_file, validate_recipe
 from minimind_trl.trainer.recorder import read_metrics
@@ -285,9 +285,8 @@ def test_dpo_rows_are_rendered_with_the_chat_template(data):
         kinds.dpo_dataset([{"chosen": rows[0]["chosen"]}], tokenizer)
 
 
-def test_distillation_from_a_teacher_folder(tmp_path, data):
-    torch.manual_seed(7)
-    teacher = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), tiny_tokenizer(), tmp_path / "teacher")
+def test_distillation_from_a_teacher_folder(tmp_path, data, make_tiny_model):
+    teacher = save_for_hub(make_tiny_model(seed=7).train(), tiny_tokenizer(), tmp_path / "teacher")
     run_dir = _train(tmp_path, {"kind": "distill", "data": {"path": str(data / "tasks"), "verify": False},
                                 "distill": {"teacher_path": str(teacher), "max_completion_length": 12,
                                             "max_tool_turns": 1, "tool_names": ["calculate_math"]},
