@@ -256,6 +256,26 @@ def run_name(condition: str, rl_seed: int) -> str:
     return f"{condition}_seed{rl_seed}"
 
 
+def pretrain_overrides(data_dir: Path, tokenizer: Path, size: DemoSize, seed: int) -> list[str]:
+    """``--set`` items of the pretraining run (``recipes/demo/pretrain.yaml``) on ``data_dir/pretrain``."""
+    return [f"data.path={data_dir / 'pretrain'}", f"training.num_train_epochs={size.pretrain_epochs}",
+            f"tokenizer.path={tokenizer}", f"seed={seed}"]
+
+
+def sft_overrides(data_dir: Path, pretrained: Path, tokenizer: Path, size: DemoSize, seed: int) -> list[str]:
+    """``--set`` items of the SFT run (``recipes/demo/sft.yaml``) from the ``pretrained`` checkpoint."""
+    return [f"data.path={data_dir / 'sft'}", f"training.num_train_epochs={size.sft_epochs}", "model.preset=null",
+            f"model.path={pretrained}", f"tokenizer.path={tokenizer}", f"seed={seed}"]
+
+
+def rl_overrides(sft: Path, splits: Path, tokenizer: Path, objective: tuple[str, ...], rollouts: int,
+                 rl_seed: int) -> list[str]:
+    """``--set`` items of one RL run (``recipes/demo/rl.yaml``): ``objective``'s overrides,
+    ``rollouts`` x K updates, the RL seed."""
+    return [f"model.path={sft}", f"data.path={splits}", *objective,
+            f"training.max_steps={rollouts * UPDATES_PER_ROLLOUT}", f"tokenizer.path={tokenizer}", f"seed={rl_seed}"]
+
+
 def conditions(ablation: bool) -> dict[str, tuple[str, ...]]:
     """Condition name -> its recipe overrides: the four objectives, plus the 2x2 cells with ``ablation``."""
     table = {name: (f"objective.preset={name}",) for name in CONDITIONS}
@@ -368,7 +388,6 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     timings = Timings(out)
     splits = stage_data(out, size, seed, resume)
     tokenizer = stage_tokenizer(out, resume)
-    common = [f"tokenizer.path={tokenizer}", f"seed={seed}"]
 
     def train(name: str, recipe: str, overrides: list[str]):
         def work():
@@ -378,10 +397,8 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
         _log(f"{name} done ({time.time() - started:.0f} s so far)")
         return final
 
-    pretrained = train("pretrain", "pretrain.yaml", [f"data.path={out / 'data' / 'pretrain'}",
-                                                     f"training.num_train_epochs={size.pretrain_epochs}", *common])
-    sft = train("sft", "sft.yaml", [f"data.path={out / 'data' / 'sft'}", f"training.num_train_epochs={size.sft_epochs}",
-                                    "model.preset=null", f"model.path={pretrained}", *common])
+    pretrained = train("pretrain", "pretrain.yaml", pretrain_overrides(out / "data", tokenizer, size, seed))
+    sft = train("sft", "sft.yaml", sft_overrides(out / "data", pretrained, tokenizer, size, seed))
     table = conditions(ablation)
     plan = _plan_rl(timings, size, num_seeds, len(table), budget_min, time.time() - started, size == SIZES["full"])
     checkpoints = {"sft": sft}
@@ -389,10 +406,8 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     for rl_seed in rl_seeds(seed, plan.rl_seeds):
         for name, objective in table.items():
             run = run_name(name, rl_seed)
-            checkpoints[run] = train(run, "rl.yaml", [
-                f"model.path={sft}", f"data.path={splits}", *objective,
-                f"training.max_steps={plan.rl_rollouts * UPDATES_PER_ROLLOUT}", f"tokenizer.path={tokenizer}",
-                f"seed={rl_seed}"])
+            checkpoints[run] = train(run, "rl.yaml", rl_overrides(sft, splits, tokenizer, objective,
+                                                              plan.rl_rollouts, rl_seed))
             labels[run] = f"{name}@{rl_seed}"
     evals = {}
     for run, ckpt in checkpoints.items():

@@ -66,14 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             starts[seed] = demo_dir / "runs" / "sft" / "final"
             continue
         where = out / f"start{seed}"
-        common = [f"tokenizer.path={tokenizer}", f"seed={seed}"]
         pretrained = demo.stage_train(where, "pretrain", demo.RECIPE_DIR / "pretrain.yaml",
-                                      [f"data.path={demo_dir / 'data' / 'pretrain'}",
-                                       f"training.num_train_epochs={size.pretrain_epochs}", *common], resume=True)
+                                      demo.pretrain_overrides(demo_dir / "data", tokenizer, size, seed), resume=True)
         starts[seed] = demo.stage_train(where, "sft", demo.RECIPE_DIR / "sft.yaml",
-                                        [f"data.path={demo_dir / 'data' / 'sft'}",
-                                         f"training.num_train_epochs={size.sft_epochs}", "model.preset=null",
-                                         f"model.path={pretrained}", *common], resume=True)
+                                        demo.sft_overrides(demo_dir / "data", pretrained, tokenizer, size, seed),
+                                        resume=True)
     result: dict = {"rl_seed": args.rl_seed, "starts": {}, "cells": [], "updates_per_rollout": demo.UPDATES_PER_ROLLOUT}
     for seed, sft in starts.items():
         where = out / f"start{seed}"
@@ -86,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             for lr in args.lrs:
                 for objective in objectives:
                     name = f"{objective}_lr{lr:g}_r{rollouts}"
-                    final = demo.stage_train(where, name, demo.RECIPE_DIR / "rl.yaml", [
-                        f"model.path={sft}", f"data.path={splits}", f"objective.preset={objective}",
-                        f"training.learning_rate={lr}", f"training.max_steps={rollouts * demo.UPDATES_PER_ROLLOUT}",
-                        f"tokenizer.path={tokenizer}", f"seed={args.rl_seed}"], resume=True)
+                    overrides = demo.rl_overrides(sft, splits, tokenizer, (f"objective.preset={objective}",
+                                                                           f"training.learning_rate={lr}"),
+                                                  rollouts, args.rl_seed)
+                    final = demo.stage_train(where, name, demo.RECIPE_DIR / "rl.yaml", overrides, resume=True)
                     val = demo.stage_eval(where, f"{name}_val", final, splits, tokenizer, size, True, split="val")
                     result["cells"].append({"start": seed, "objective": objective, "lr": lr, "rollouts": rollouts,
                                             "run": str(final.parent), "val": _success(val)})
