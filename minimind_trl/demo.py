@@ -332,6 +332,10 @@ class Timings:
     def seconds(self, stage: str) -> float | None:
         return self.data["stages"].get(stage)
 
+    def recorded_seconds(self) -> float:
+        """Seconds of every stage recorded so far (this run and the runs it resumes)."""
+        return float(sum(self.data["stages"].values()))
+
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
 
@@ -353,6 +357,9 @@ def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditio
         _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition (kept from {timings.path})")
         return kept
     base = [timings.seconds("pretrain"), timings.seconds("sft")]
+    # A resumed demo skipped the stages it had finished: count their recorded seconds, not this
+    # process's wall time (the data and tokenizer stages, ~20 s, are not recorded).
+    elapsed = max(elapsed, timings.recorded_seconds())
     plan, note = wanted, {}
     if full_size and None not in base:
         factor = sum(base) / (REFERENCE_SECONDS["pretrain"] + REFERENCE_SECONDS["sft"])

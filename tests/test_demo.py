@@ -121,3 +121,15 @@ def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_p
     assert "--budget 30 min" in capsys.readouterr().out
     again = demo._plan_rl(demo.Timings(tmp_path), demo.SIZES["full"], None, 4, None, 0.0, full_size=True)
     assert again == plan  # --resume keeps the plan the run started with
+
+
+def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
+    """Resumed after SFT with --budget and no plan yet: the budget left is 30 min minus the recorded
+    pretrain + SFT seconds, not minus this process's (near zero) wall time."""
+    timings = demo.Timings(tmp_path)
+    timings.record("pretrain", 1.5 * demo.REFERENCE_SECONDS["pretrain"])
+    timings.record("sft", 1.5 * demo.REFERENCE_SECONDS["sft"])
+    recorded = 1.5 * (demo.REFERENCE_SECONDS["pretrain"] + demo.REFERENCE_SECONDS["sft"])
+    plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, 5.0, full_size=True)
+    assert plan == demo.fit_plan(demo.RLPlan(6, 3), 4, 1.5, 30 * 60 - recorded)
+    assert plan != demo.fit_plan(demo.RLPlan(6, 3), 4, 1.5, 30 * 60 - 5.0)
