@@ -98,15 +98,17 @@ class DemoSize:
     rl_rollouts: int  # rollouts per RL run (each = K optimizer updates)
     rl_seeds: int  # RL seeds per objective (all from the one SFT start)
     eval_batch_size: int
+    rl_prompts: int | None = None  # prompts per rollout (x group size 4); None: the recipe's 8
 
 
 SIZES = {
     "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
                      sft_epochs=1.0, rl_rollouts=6, rl_seeds=3, eval_batch_size=50),
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, drill_rows=200, pretrain_epochs=1.0, sft_rows=120,
-                      sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=30),
+                      sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=30, rl_prompts=4),
 }
 UPDATES_PER_ROLLOUT = 4  # recipes/demo/rl.yaml: training.num_iterations (K)
+GROUP_SIZE = 4  # recipes/demo/rl.yaml: rollout.group_size
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
 # or two ground-truth values, no distractor tools (prompts stay short enough for 2 CPU cores) and
@@ -269,10 +271,12 @@ def sft_overrides(data_dir: Path, pretrained: Path, tokenizer: Path, size: DemoS
 
 
 def rl_overrides(sft: Path, splits: Path, tokenizer: Path, objective: tuple[str, ...], rollouts: int,
-                 rl_seed: int) -> list[str]:
+                 rl_seed: int, prompts: int | None = None) -> list[str]:
     """``--set`` items of one RL run (``recipes/demo/rl.yaml``): ``objective``'s overrides,
-    ``rollouts`` x K updates, the RL seed."""
-    return [f"model.path={sft}", f"data.path={splits}", *objective,
+    ``rollouts`` x K updates, the RL seed, and ``prompts`` per rollout when not the recipe's."""
+    rollout = [] if prompts is None else [f"rollout.prompts_per_rollout={prompts}",
+                                          f"training.per_device_train_batch_size={prompts * GROUP_SIZE}"]
+    return [f"model.path={sft}", f"data.path={splits}", *objective, *rollout,
             f"training.max_steps={rollouts * UPDATES_PER_ROLLOUT}", f"tokenizer.path={tokenizer}", f"seed={rl_seed}"]
 
 
@@ -414,7 +418,7 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
         for name, objective in table.items():
             run = run_name(name, rl_seed)
             checkpoints[run] = train(run, "rl.yaml", rl_overrides(sft, splits, tokenizer, objective,
-                                                              plan.rl_rollouts, rl_seed))
+                                                              plan.rl_rollouts, rl_seed, size.rl_prompts))
             labels[run] = f"{name}@{rl_seed}"
     evals = {}
     for run, ckpt in checkpoints.items():
@@ -446,7 +450,8 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
 
     _timed(timings, "summary", summarize)
     _timed(timings, "plots", plot)
-    timings.data["total_s"] = round(time.time() - started, 1)
+    # A resumed demo's total counts the recorded stages it skipped (not the data and tokenizer, ~20 s).
+    timings.data["total_s"] = round(max(time.time() - started, timings.recorded_seconds()), 1)
     timings.save()
     _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {plots}; "
          f"stage times: {timings.path}")

@@ -38,6 +38,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
         assert manifest["recipe"]["model"]["path"] == str(out / "runs" / "sft" / "final")
         assert manifest["recipe"]["seed"] == int(name.rsplit("seed", 1)[1])  # the run's RL seed
         assert manifest["training_args"]["prefix_sharing"] is True
+        assert manifest["recipe"]["rollout"]["prompts_per_rollout"] == demo.SIZES["quick"].rl_prompts == 4
         rows = (out / "runs" / name / "metrics.jsonl").read_text().splitlines()
         assert len(rows) == 4 and json.loads(rows[0])["max_abs_log_ratio"] == 0.0
     capsys.readouterr()
@@ -45,6 +46,8 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
     log = capsys.readouterr().out
     assert "already trained, skipping" in log and "$ minimind-trl train" not in log
+    timings = json.loads((out / demo.TIMINGS_FILE).read_text())
+    assert timings["total_s"] >= sum(timings["stages"].values())  # the resume kept the real total
 
 
 def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
