@@ -107,7 +107,7 @@ SIZES = {
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, drill_rows=200, pretrain_epochs=1.0, sft_rows=120,
                       sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=30, rl_prompts=4),
 }
-UPDATES_PER_ROLLOUT = 4  # recipes/demo/rl.yaml: training.num_iterations (K)
+UPDATES_PER_ROLLOUT = 4  # recipes/demo/rl.yaml: training.num_iterations (K); tests/test_demo.py checks both
 GROUP_SIZE = 4  # recipes/demo/rl.yaml: rollout.group_size
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one

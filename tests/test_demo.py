@@ -5,6 +5,7 @@ import json
 import pytest
 
 from minimind_trl import demo
+from minimind_trl.trainer.recipe import load_recipe
 
 
 @pytest.mark.slow
@@ -136,3 +137,11 @@ def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
     plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, 5.0, full_size=True)
     assert plan == demo.fit_plan(demo.RLPlan(6, 3), 4, 1.5, 30 * 60 - recorded)
     assert plan != demo.fit_plan(demo.RLPlan(6, 3), 4, 1.5, 30 * 60 - 5.0)
+
+
+def test_the_demo_constants_are_the_rl_recipe_s():
+    """`UPDATES_PER_ROLLOUT` and `GROUP_SIZE` copy recipes/demo/rl.yaml (max_steps and the quick
+    demo's batch size are computed from them): they must not drift from it."""
+    recipe = load_recipe(demo.RECIPE_DIR / "rl.yaml")
+    assert recipe["training"]["num_iterations"] == demo.UPDATES_PER_ROLLOUT
+    assert recipe["rollout"]["group_size"] == demo.GROUP_SIZE
