@@ -113,19 +113,30 @@ class _Stored:
 
 class TurnCache:
     """Keys and values of finished rows, by the real token ids they hold (all but the row's last
-    token, which was never fed), for the next turns of one rollout. At most ``max_rows`` are kept
-    (oldest dropped); an entry is used once. ``hits`` counts contexts that were resumed."""
+    token, which was never fed), for the next turns of one rollout. At most ``max_rows`` entries
+    are kept (oldest dropped); an entry is used once, and rows that hold the same ids (two samples
+    of a prompt that wrote the same turn) each keep their own, so their next turns both resume.
+    ``hits`` counts contexts that were resumed."""
 
     def __init__(self, max_rows: int = 1024):
         self.max_rows = max_rows
-        self.rows: dict[tuple[int, ...], _Stored] = {}
+        self.rows: dict[tuple[int, ...], list[_Stored]] = {}
+        self.size = 0
         self.hits = 0
 
     def store(self, real: list[int], stored: _Stored) -> None:
-        self.rows.pop(tuple(real), None)
-        self.rows[tuple(real)] = stored
-        while len(self.rows) > self.max_rows:
-            self.rows.pop(next(iter(self.rows)))
+        self.rows.setdefault(tuple(real), []).append(stored)
+        self.size += 1
+        while self.size > self.max_rows:
+            self._take(next(iter(self.rows)))
+
+    def _take(self, key: tuple[int, ...]) -> _Stored:
+        entries = self.rows[key]
+        stored = entries.pop(0)
+        if not entries:
+            del self.rows[key]
+        self.size -= 1
+        return stored
 
     def resume(self, model: Any, context: list[int]) -> KVBatch | None:
         """A one-row batch holding the longest stored prefix of ``context``, the rest pending."""
@@ -133,7 +144,7 @@ class TurnCache:
                    key=len, default=None)
         if best is None:
             return None
-        stored = self.rows.pop(best)
+        stored = self._take(best)
         self.hits += 1
         new = torch.tensor([context[len(best):]], device=stored.ids.device)
         return KVBatch(torch.cat([stored.ids, new], 1), torch.cat([stored.mask, torch.ones_like(new)], 1),
@@ -146,9 +157,7 @@ def _join(model: Any, rows: list[_Row], contexts: list[list[int]], pad: int) -> 
     parts = [prefill(model, [contexts[row.index] for row in fresh], pad)] if fresh else []
     parts += [row.resume for row in rows if row.resume is not None]
     order = fresh + [row for row in rows if row.resume is not None]
-    batch = parts[0]
-    for part in parts[1:]:
-        batch = merge(model, batch, part, pad)
+    batch = parts[0] if len(parts) == 1 else merge(model, parts, pad)
     rows[:] = order  # rows follow the batch's order
     for row in rows:
         row.resume = None
@@ -199,7 +208,7 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         if queue and len(rows) < batch_size:
             joining = [queue.popleft() for _ in range(min(batch_size - len(rows), len(queue)))]
             part = _join(model, joining, contexts, pad_token_id)
-            batch = part if batch is None else merge(model, batch, part, pad_token_id)
+            batch = part if batch is None else merge(model, [batch, part], pad_token_id)
             rows += joining
         steps = min(decode_slice, min(row.budget - len(row.ids) for row in rows))
         if steps not in configs:

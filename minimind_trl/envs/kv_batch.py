@@ -284,12 +284,17 @@ def compact(batch: KVBatch, slack: float = 0.25) -> KVBatch:
     return KVBatch(ids, mask, batch.cache, batch.pending)
 
 
-def merge(model, first: KVBatch, second: KVBatch, pad: int) -> KVBatch:
-    """Rows of ``first`` then ``second``: each side's cached and pending columns are widened on
-    their left with pads (cache entries zero) to the wider side's."""
-    cached, pending = max(first.cached, second.cached), max(first.pending, second.pending)
-    parts = []
-    for batch in (first, second):
+def merge(model, batches: list[KVBatch], pad: int) -> KVBatch:
+    """The rows of ``batches``, in order, as one batch: each batch's cached and pending columns are
+    widened on their left with pads (cache entries zero) to the widest. One copy of every row
+    however many batches join (merging them two at a time would copy the first rows once per join),
+    and the same result as merging them two at a time."""
+    if not batches:
+        raise ValueError("merge: no batches")
+    cached = max(batch.cached for batch in batches)
+    pending = max(batch.pending for batch in batches)
+    ids, masks, caches = [], [], []
+    for batch in batches:
         grow_cached, grow_pending = cached - batch.cached, pending - batch.pending
         rows = batch.ids.shape[0]
 
@@ -298,18 +303,16 @@ def merge(model, first: KVBatch, second: KVBatch, pad: int) -> KVBatch:
                 return t.new_full((rows, k), fill)
             return torch.cat([pads(grow_cached), t[:, :batch.cached], pads(grow_pending), t[:, batch.cached:]], 1)
 
-        kv = []
-        if batch.cache is not None:
-            kv = [tuple(F.pad(t, (0, 0, grow_cached, 0)) for t in pair) for pair in cache_tensors(batch.cache)]
-        parts.append((widen(batch.ids, pad), widen(batch.mask, 0), kv))
-    (ids_a, mask_a, kv_a), (ids_b, mask_b, kv_b) = parts
-    like = kv_a or kv_b
-    if not like:
-        return KVBatch(torch.cat([ids_a, ids_b]), torch.cat([mask_a, mask_b]), None, pending)
-
-    def zeros(rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # a side with nothing cached
-        return [tuple(t.new_zeros((rows,) + t.shape[1:]) for t in pair) for pair in like]
-
-    kv_a, kv_b = kv_a or zeros(ids_a.shape[0]), kv_b or zeros(ids_b.shape[0])
-    tensors = [(torch.cat([ka, kb]), torch.cat([va, vb])) for (ka, va), (kb, vb) in zip(kv_a, kv_b)]
-    return KVBatch(torch.cat([ids_a, ids_b]), torch.cat([mask_a, mask_b]), cache_from_tensors(model, tensors), pending)
+        ids.append(widen(batch.ids, pad))
+        masks.append(widen(batch.mask, 0))
+        caches.append([(F.pad(k, (0, 0, grow_cached, 0)), F.pad(v, (0, 0, grow_cached, 0)))
+                       for k, v in cache_tensors(batch.cache)] if batch.cache is not None else None)
+    like = next((kv for kv in caches if kv is not None), None)
+    if like is None:
+        return KVBatch(torch.cat(ids), torch.cat(masks), None, pending)
+    for i, kv in enumerate(caches):  # a batch with nothing cached yet: zeros
+        if kv is None:
+            caches[i] = [tuple(t.new_zeros((ids[i].shape[0],) + t.shape[1:]) for t in pair) for pair in like]
+    tensors = [(torch.cat([kv[layer][0] for kv in caches]), torch.cat([kv[layer][1] for kv in caches]))
+               for layer in range(len(like))]
+    return KVBatch(torch.cat(ids), torch.cat(masks), cache_from_tensors(model, tensors), pending)

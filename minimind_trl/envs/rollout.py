@@ -214,7 +214,7 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
         if queue and len(rows) < batch_size:
             joining = [queue.popleft() for _ in range(min(batch_size - len(rows), len(queue)))]
             part = prefill(model, [traj.prompt_ids for traj in joining], pad)
-            batch = part if batch is None else merge(model, batch, part, pad)
+            batch = part if batch is None else merge(model, [batch, part], pad)
             rows += [_Row(traj) for traj in joining]
         steps = min(decode_slice, min(budget - len(row.turn_ids) for row in rows))
         if steps not in sliced:

@@ -7,6 +7,7 @@ import torch
 from minimind_trl.envs.kv_batch import (
     GrowingLayer,
     KVBatch,
+    cache_tensors,
     compact,
     length_groups,
     merge,
@@ -128,7 +129,7 @@ def test_merge_widens_cached_and_pending_columns(model):
     second = KVBatch(torch.cat([second.ids, extra], 1),
                      torch.cat([second.mask, torch.tensor([[1, 1, 1], [0, 0, 1]])], 1),
                      second.cache, second.pending + 3)
-    merged = merge(model, first, second, PAD)
+    merged = merge(model, [first, second], PAD)
     assert merged.pending == 4 and merged.cached == max(first.cached, second.cached)
     assert merged.cache.get_seq_length() == merged.cached
     expected = [a, c, b[:-4] + [500, 501, 502], c + [503]]
@@ -136,6 +137,30 @@ def test_merge_widens_cached_and_pending_columns(model):
         assert merged.ids[row][merged.mask[row].bool()].tolist() == ids
     for logits, ids in zip(next_logits(model, merged), expected):
         torch.testing.assert_close(logits, plain_logits(model, ids), atol=1e-4, rtol=1e-4)
+
+
+def test_merging_many_batches_at_once_equals_merging_two_at_a_time(model):
+    """One join of several batches (a cached one, a resumed row with a tool turn pending, a batch
+    with nothing cached) gives the columns and cache, bit for bit, of joining them pairwise."""
+    a, b, c = prompts_with(PREFIX, [TAIL_A, TAIL_B, TAIL_C])
+    with torch.no_grad():
+        first = prefill(model, [a, c], PAD)
+        second = prefill(model, [b[:-2]], PAD)
+        second = KVBatch(torch.cat([second.ids, torch.tensor([[600, 601]])], 1),
+                         torch.cat([second.mask, torch.ones(1, 2, dtype=torch.long)], 1), second.cache,
+                         second.pending + 2)
+        third = prefill(model, [[7]], PAD)  # one token: nothing cached
+    at_once = merge(model, [first, second, third], PAD)
+    pairwise = merge(model, [merge(model, [first, second], PAD), third], PAD)
+    assert (at_once.cached, at_once.pending) == (pairwise.cached, pairwise.pending) == (first.cached, 3)
+    assert torch.equal(at_once.ids, pairwise.ids) and torch.equal(at_once.mask, pairwise.mask)
+    for (k1, v1), (k2, v2) in zip(cache_tensors(at_once.cache), cache_tensors(pairwise.cache)):
+        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    expected = [a, c, b[:-2] + [600, 601], [7]]
+    for logits, ids in zip(next_logits(model, at_once), expected):
+        torch.testing.assert_close(logits, plain_logits(model, ids), atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="no batches"):
+        merge(model, [], PAD)
 
 
 def feed(model, batch: KVBatch, ids: list[list[int]], mask: list[list[int]]) -> KVBatch:

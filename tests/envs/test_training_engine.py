@@ -11,7 +11,7 @@ from datasets import Dataset
 from rollout_helpers import make_task, scripted  # tests/ is on sys.path (pytest's pythonpath)
 
 from minimind_trl.envs.environment import make_environment_class
-from minimind_trl.envs.generation import RowSampler, Sampling, TurnCache, generate_turns
+from minimind_trl.envs.generation import RowSampler, Sampling, TurnCache, _Stored, generate_turns
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.config import MiniMindGRPOConfig
@@ -157,6 +157,40 @@ def test_a_resumed_turn_equals_a_fresh_encoding(tokenizer, make_tiny_model):
         resumed = generate_turns(model, second, [8] * 4, [2], 0, greedy, batch_size=3, decode_slice=4, cache=cache)
         fresh = generate_turns(model, second, [8] * 4, [2], 0, greedy, batch_size=3, decode_slice=4)
     assert cache.hits == 4 and resumed == fresh
+
+
+def test_identical_rows_each_resume_their_next_turn(tokenizer, make_tiny_model):
+    """Two samples of a prompt that write the same turn and get the same tool turn both resume
+    (one stored entry each), and generate what a fresh encoding generates."""
+    model = make_tiny_model()
+    g = torch.Generator().manual_seed(2)
+    prompt, other = (torch.randint(21, 400, (n,), generator=g).tolist() for n in (9, 5))
+    greedy, cache = Sampling(do_sample=False), TurnCache()
+    with torch.no_grad():
+        first = generate_turns(model, [prompt, prompt, other], [6, 6, 6], [2], 0, greedy, cache=cache)
+        assert first[0] == first[1] and cache.size == 3
+        tool = [300, 301, 302]
+        second = [c + f + tool for c, f in zip([prompt, prompt, other], first)]
+        resumed = generate_turns(model, second, [5] * 3, [2], 0, greedy, cache=cache)
+        fresh = generate_turns(model, second, [5] * 3, [2], 0, greedy)
+    assert cache.hits == 3 and resumed == fresh
+
+
+def test_turn_cache_keeps_at_most_max_rows_entries_oldest_dropped(make_tiny_model):
+    model = make_tiny_model()
+    cache = TurnCache(max_rows=2)
+
+    def entry(ids):
+        kv = [(torch.zeros(1, 2, len(ids), 16), torch.zeros(1, 2, len(ids), 16))] * model.config.num_hidden_layers
+        return _Stored(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), kv)
+
+    cache.store([5, 6], entry([5, 6]))
+    cache.store([5, 6], entry([5, 6]))
+    cache.store([7, 8], entry([7, 8]))  # the first [5, 6] entry is dropped
+    assert cache.size == 2 and len(cache.rows[(5, 6)]) == 1
+    assert cache.resume(model, [5, 6, 9]).pending == 1
+    assert cache.resume(model, [5, 6, 9]) is None  # its one entry was used
+    assert cache.resume(model, [7, 8, 9, 10]).pending == 2 and cache.size == 0 and cache.hits == 2
 
 
 def test_row_sampler_draws_from_the_warped_distribution():
