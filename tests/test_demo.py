@@ -48,7 +48,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     log = capsys.readouterr().out
     assert "already trained, skipping" in log and "$ minimind-trl train" not in log
     timings = json.loads((out / demo.TIMINGS_FILE).read_text())
-    assert timings["total_s"] >= sum(timings["stages"].values())  # the resume kept the real total
+    assert timings["total_s"] >= round(sum(timings["stages"].values()), 1)  # kept the real total (0.1 s steps)
 
 
 def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
