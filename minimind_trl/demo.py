@@ -104,8 +104,8 @@ class DemoSize:
 SIZES = {
     "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
                      sft_epochs=1.0, rl_rollouts=6, rl_seeds=3, eval_batch_size=50),
-    "quick": DemoSize(num_tasks=160, val_size=10, test_size=30, drill_rows=200, pretrain_epochs=1.0, sft_rows=120,
-                      sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=30, rl_prompts=4),
+    "quick": DemoSize(num_tasks=160, val_size=10, test_size=20, drill_rows=200, pretrain_epochs=1.0, sft_rows=64,
+                      sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=20, rl_prompts=4),
 }
 UPDATES_PER_ROLLOUT = 4  # recipes/demo/rl.yaml: training.num_iterations (K); tests/test_demo.py checks both
 GROUP_SIZE = 4  # recipes/demo/rl.yaml: rollout.group_size
