@@ -48,8 +48,10 @@ TARGET_ROLLOUT = 3.0  # training rollout, minimind engine vs TRL's loop
 TARGET_STEP = 2.0  # whole RL step, after vs before
 
 
-def per_rollout(steps: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Sum each phase per rollout; the mean over rollouts after the first (when there are two)."""
+def per_rollout(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Sum each phase per rollout; the mean over rollouts after the first (when there are two),
+    and ``rollout_each``: the rollout seconds of each averaged rollout (single rollouts move a lot:
+    each samples other completions, and costs what its longest turns cost)."""
     rollouts: dict[int, dict[str, float]] = {}
     for step in steps:
         acc = rollouts.setdefault(step["rollout_index"], {"rollout": 0.0, "reward": 0.0, "old_logp": 0.0,
@@ -62,6 +64,7 @@ def per_rollout(steps: list[dict[str, Any]]) -> dict[str, float] | None:
     mean = {key: sum(rollouts[r][key] for r in kept) / len(kept) for key in rollouts[kept[0]]}
     mean["rollout"] += mean.pop("reward")  # the trainer's rollout_seconds: generation + tools + rewards
     mean["rollouts_averaged"] = len(kept)
+    mean["rollout_each"] = [rollouts[r]["rollout"] + rollouts[r]["reward"] for r in kept]
     return mean
 
 
@@ -101,13 +104,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in names:
         mean = (results[name] or {}).get("per_rollout")
         if mean is None:
-            rows.append([name, results[name].get("error", "no steps")[:60], None, None, None, None, None])
+            rows.append([name, results[name].get("error", "no steps")[:60], None, None, None, None, None, None])
             continue
         speedup = base["measured"] / mean["measured"] if base else None
-        rows.append([name, mean["rollout"], mean["old_logp"], mean["update"], mean["measured"], speedup,
+        spread = f"{min(mean['rollout_each']):.2f}-{max(mean['rollout_each']):.2f}"
+        rows.append([name, mean["rollout"], spread, mean["old_logp"], mean["update"], mean["measured"], speedup,
                      base["rollout"] / mean["rollout"] if base else None])
     print_table("Per rollout (K optimizer steps; seconds; first rollout left out as warm-up when possible)",
-                ["config", "rollout", "old_logp", "updates", "measured", "step speed-up", "rollout speed-up"], rows)
+                ["config", "rollout", "single rollouts", "old_logp", "updates", "measured", "step speed-up",
+                 "rollout speed-up"], rows)
     after = (results.get("after") or {}).get("per_rollout")
     trl = (results.get("shared") or {}).get("per_rollout") or base
     if after and trl:

@@ -66,3 +66,29 @@ def test_benchmarks_quick_write_json(tmp_path):
     assert set(rl_step) == {"before", "after"}  # --quick: the two ends
     for name in ("before", "after"):
         assert rl_step[name]["per_rollout"]["measured"] > 0 and rl_step[name]["per_rollout"]["update"] > 0
+        assert len(rl_step[name]["per_rollout"]["rollout_each"]) == rl_step[name]["per_rollout"]["rollouts_averaged"]
+
+
+@pytest.mark.skipif(not BENCHMARKS.is_dir(), reason="no benchmarks/ folder")
+def test_rl_step_averages_rollouts_after_the_first_and_keeps_each():
+    """Phases summed per rollout (K steps share one), the first rollout left out as warm-up; the
+    rollout figure is the trainer's rollout_seconds, rewards included."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import rl_step
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+    def step(index, rollout, reward, update):
+        return {"rollout_index": index, "rollout": rollout, "reward": reward, "old_logp": 0.5 if rollout else 0.0,
+                "update": update, "measured": rollout + reward + update + (0.5 if rollout else 0.0)}
+
+    steps = [step(0, 9.0, 1.0, 2.0), step(0, 0.0, 0.0, 2.0),  # warm-up rollout: left out
+             step(1, 3.0, 0.5, 1.0), step(1, 0.0, 0.0, 1.0),
+             step(2, 1.0, 0.5, 3.0), step(2, 0.0, 0.0, 3.0)]
+    mean = rl_step.per_rollout(steps)
+    assert mean["rollouts_averaged"] == 2 and mean["rollout_each"] == [3.5, 1.5]
+    assert mean["rollout"] == pytest.approx(2.5) and mean["update"] == pytest.approx(4.0)
+    assert mean["old_logp"] == pytest.approx(0.5) and mean["measured"] == pytest.approx(7.0)
+    assert rl_step.per_rollout(steps[:2])["rollout_each"] == [10.0]  # one rollout: kept
+    assert rl_step.per_rollout([]) is None
