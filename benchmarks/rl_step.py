@@ -60,11 +60,12 @@ def per_rollout(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
             acc[key] += step[key]
     if not rollouts:
         return None
+    for acc in rollouts.values():
+        acc["rollout"] += acc.pop("reward")  # the trainer's rollout_seconds: generation + tools + rewards
     kept = sorted(rollouts)[1:] if len(rollouts) > 1 else sorted(rollouts)
-    mean = {key: sum(rollouts[r][key] for r in kept) / len(kept) for key in rollouts[kept[0]]}
-    mean["rollout"] += mean.pop("reward")  # the trainer's rollout_seconds: generation + tools + rewards
+    mean: dict[str, Any] = {key: sum(rollouts[r][key] for r in kept) / len(kept) for key in rollouts[kept[0]]}
     mean["rollouts_averaged"] = len(kept)
-    mean["rollout_each"] = [rollouts[r]["rollout"] + rollouts[r]["reward"] for r in kept]
+    mean["rollout_each"] = [rollouts[r]["rollout"] for r in kept]
     return mean
 
 

@@ -98,7 +98,7 @@ class DemoSize:
     rl_rollouts: int  # rollouts per RL run (each = K optimizer updates)
     rl_seeds: int  # RL seeds per objective (all from the one SFT start)
     eval_batch_size: int
-    rl_prompts: int | None = None  # prompts per rollout (x group size 4); None: the recipe's 8
+    rl_prompts: int | None = None  # prompts per rollout (x GROUP_SIZE rows); None: the recipe's 8
 
 
 SIZES = {
