@@ -19,6 +19,11 @@ trainer's ``rollout_seconds``), ``old_logp`` (the frozen replay) and ``update`` 
 forward + backward), and the measured wall time of the K steps; the first rollout is a warm-up and
 left out when there are two or more. Speed-ups are against ``before``.
 
+Each configuration samples its own completions, so the work differs between them: the table gives
+the model tokens each sampled per rollout, and the rollout ratio per sampled token as a second
+figure. With ``--frozen`` (learning rate 0) no configuration's policy moves away from the start,
+so all of them sample one distribution at every rollout.
+
 Usage (the demo's start): ``python benchmarks/rl_step.py --recipe recipes/demo/rl.yaml --set
 model.path=runs/demo/runs/sft/final --set data.path=runs/demo/data/splits --set
 tokenizer.path=runs/demo/tokenizer --steps 8``.
@@ -46,18 +51,25 @@ CONFIGS = {
 }
 TARGET_ROLLOUT = 3.0  # training rollout, minimind engine vs TRL's loop
 TARGET_STEP = 2.0  # whole RL step, after vs before
+PHASE_KEYS = ("rollout", "reward", "old_logp", "update", "measured")
+WORKLOAD_KEYS = ("action_tokens", "completion_tokens_max")
+FROZEN = ["training.learning_rate=0"]  # --frozen: every rollout samples the start's policy
 
 
 def per_rollout(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Sum each phase per rollout; the mean over rollouts after the first (when there are two),
     and ``rollout_each``: the rollout seconds of each averaged rollout (single rollouts move a lot:
-    each samples other completions, and costs what its longest turns cost)."""
+    each samples other completions, and costs what its longest turns cost). The workload,
+    ``action_tokens`` (model tokens sampled) and ``completion_tokens_max``, is the rollout's own
+    figure (each of its steps repeats it), averaged the same way."""
     rollouts: dict[int, dict[str, float]] = {}
     for step in steps:
         acc = rollouts.setdefault(step["rollout_index"], {"rollout": 0.0, "reward": 0.0, "old_logp": 0.0,
                                                           "update": 0.0, "measured": 0.0})
-        for key in acc:
+        for key in PHASE_KEYS:
             acc[key] += step[key]
+        for key in WORKLOAD_KEYS:
+            acc.setdefault(key, step.get(key, 0.0))
     if not rollouts:
         return None
     for acc in rollouts.values():
@@ -78,6 +90,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", default=None)
+    parser.add_argument("--frozen", action="store_true",
+                        help="learning rate 0: every configuration samples the start's policy at every rollout, "
+                             "so the rollout figures compare the engines on one distribution of completions")
     parser.add_argument("--quick", action="store_true", help="the smoke recipe, 2 steps: checks that it runs")
     args = parser.parse_args(argv)
 
@@ -91,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             argv_one += ["--recipe", args.recipe]
         if args.threads:
             argv_one += ["--threads", str(args.threads)]
-        for item in [*args.overrides, *CONFIGS[name]]:
+        for item in [*args.overrides, *(FROZEN if args.frozen else []), *CONFIGS[name]]:
             argv_one += ["--set", item]
         try:
             out = step_breakdown.main(argv_one)
@@ -105,21 +120,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in names:
         mean = (results[name] or {}).get("per_rollout")
         if mean is None:
-            rows.append([name, results[name].get("error", "no steps")[:60], None, None, None, None, None, None])
+            rows.append([name, results[name].get("error", "no steps")[:60], *[None] * 8])
             continue
         speedup = base["measured"] / mean["measured"] if base else None
         spread = f"{min(mean['rollout_each']):.2f}-{max(mean['rollout_each']):.2f}"
-        rows.append([name, mean["rollout"], spread, mean["old_logp"], mean["update"], mean["measured"], speedup,
-                     base["rollout"] / mean["rollout"] if base else None])
-    print_table("Per rollout (K optimizer steps; seconds; first rollout left out as warm-up when possible)",
-                ["config", "rollout", "single rollouts", "old_logp", "updates", "measured", "step speed-up",
-                 "rollout speed-up"], rows)
+        per_1k = 1000 * mean["rollout"] / mean["action_tokens"] if mean["action_tokens"] else None
+        rows.append([name, mean["rollout"], spread, mean["action_tokens"], per_1k, mean["old_logp"], mean["update"],
+                     mean["measured"], speedup, base["rollout"] / mean["rollout"] if base else None])
+    print_table("Per rollout (K optimizer steps; seconds; first rollout left out as warm-up when possible; "
+                "model tokens: sampled per rollout)",
+                ["config", "rollout", "single rollouts", "model tokens", "rollout s / 1k tokens", "old_logp",
+                 "updates", "measured", "step speed-up", "rollout speed-up"], rows)
     after = (results.get("after") or {}).get("per_rollout")
     trl = (results.get("shared") or {}).get("per_rollout") or base
     if after and trl:
         ratio = trl["rollout"] / after["rollout"]
         targets.append({"name": "training rollout: minimind engine vs TRL's loop", "measured": f"{ratio:.2f}x",
                         "target": f">= {TARGET_ROLLOUT:g}x", "pass": None if args.quick else ratio >= TARGET_ROLLOUT})
+        if after["action_tokens"] and trl["action_tokens"]:  # the same, for the workloads each one sampled
+            ratio = (trl["rollout"] / trl["action_tokens"]) / (after["rollout"] / after["action_tokens"])
+            targets.append({"name": "training rollout per sampled model token (a figure, not the target)",
+                            "measured": f"{ratio:.2f}x", "target": "-", "pass": None})
     if after and base:
         ratio = base["measured"] / after["measured"]
         targets.append({"name": "whole RL step: after vs before", "measured": f"{ratio:.2f}x",

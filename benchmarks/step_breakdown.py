@@ -50,6 +50,7 @@ from transformers import TrainerCallback  # noqa: E402
 
 from minimind_trl.data import generate_tasks  # noqa: E402
 from minimind_trl.data.splits import prepare_splits  # noqa: E402
+from minimind_trl.metric_names import COMPLETION_TOKENS_MAX, ROLLOUT_ACTION_TOKENS  # noqa: E402
 from minimind_trl.trainer import build  # noqa: E402
 from minimind_trl.trainer.cli import train  # noqa: E402
 from minimind_trl.trainer.recipe import load_recipe, validate_recipe  # noqa: E402
@@ -230,6 +231,9 @@ def breakdown(records: list[dict[str, Any]], clocked: list[dict[str, Any]]) -> l
             "data": clock.get("data", 0.0), "grad_norm": clock.get("grad_norm", 0.0),
             "optimizer": clock.get("optimizer", 0.0), "scheduler": clock.get("scheduler", 0.0),
             "logging": clock.get("logging", 0.0),
+            # The rollout's workload (every step of a rollout repeats it): model tokens sampled, longest completion.
+            "action_tokens": record.get(ROLLOUT_ACTION_TOKENS) or 0.0,
+            "completion_tokens_max": record.get(COMPLETION_TOKENS_MAX) or 0.0,
         }
         row["trainer_sum"] = sum(record.get(k) or 0.0 for k in TRAINER_FIELDS)
         row["breakdown_sum"] = sum(row[k] for k in PHASES)

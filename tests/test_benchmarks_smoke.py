@@ -81,7 +81,8 @@ def test_rl_step_averages_rollouts_after_the_first_and_keeps_each():
 
     def step(index, rollout, reward, update):
         return {"rollout_index": index, "rollout": rollout, "reward": reward, "old_logp": 0.5 if rollout else 0.0,
-                "update": update, "measured": rollout + reward + update + (0.5 if rollout else 0.0)}
+                "update": update, "measured": rollout + reward + update + (0.5 if rollout else 0.0),
+                "action_tokens": 1000.0 * (index + 1), "completion_tokens_max": 100.0 + index}  # repeated per step
 
     steps = [step(0, 9.0, 1.0, 2.0), step(0, 0.0, 0.0, 2.0),  # warm-up rollout: left out
              step(1, 3.0, 0.5, 1.0), step(1, 0.0, 0.0, 1.0),
@@ -90,5 +91,7 @@ def test_rl_step_averages_rollouts_after_the_first_and_keeps_each():
     assert mean["rollouts_averaged"] == 2 and mean["rollout_each"] == [3.5, 1.5]
     assert mean["rollout"] == pytest.approx(2.5) and mean["update"] == pytest.approx(4.0)
     assert mean["old_logp"] == pytest.approx(0.5) and mean["measured"] == pytest.approx(7.0)
+    # the workload is the rollout's own figure (not summed over its steps), averaged over rollouts 1 and 2
+    assert mean["action_tokens"] == pytest.approx(2500.0) and mean["completion_tokens_max"] == pytest.approx(101.5)
     assert rl_step.per_rollout(steps[:2])["rollout_each"] == [10.0]  # one rollout: kept
     assert rl_step.per_rollout([]) is None
