@@ -8,7 +8,7 @@
    trailing empty assistant placeholders dropped) is rendered by the chat template with the
    generation prompt and the think prefix (`protocol.prompt_ids_for`).
 2. Up to ``batch_size`` rows decode together over one KV cache, ``decode_slice`` tokens per
-   ``generate`` call (continuous batching, see `_roll`): rows that stop make room for queued
+   ``generate`` call at most (continuous batching, see `_roll`): rows that stop make room for queued
    ones, the cache keeps every row's context across turns (later turns feed only the new
    tool-turn ids), and prompts are encoded without repeats (`minimind_trl.envs.kv_batch`). A
    row's turn ends at its first ``<|im_end|>`` (eos 2), which belongs to the turn.
@@ -40,10 +40,11 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import GenerationConfig
+from transformers import GenerationConfig, StoppingCriteriaList
 
 from minimind_trl.conversation import task_prompt
 from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
+from minimind_trl.envs.generation import MIN_SAVED_ROW_STEPS, SliceStop
 from minimind_trl.envs.kv_batch import KVBatch, continue_rows, merge, prefill
 from minimind_trl.envs.protocol import (
     DEFAULT_MAX_TOOL_TURNS,
@@ -135,11 +136,13 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
             max_tool_turns: int = DEFAULT_MAX_TOOL_TURNS, max_new_tokens: int = 256,
             batch_size: int = 32, do_sample: bool = False, temperature: float = 1.0,
             num_samples: int = 1, open_thinking: bool = False, seed: int = 0,
-            progress: bool = True, decode_slice: int = DECODE_SLICE) -> list[Trajectory]:
+            progress: bool = True, decode_slice: int = DECODE_SLICE,
+            min_saved_row_steps: int = MIN_SAVED_ROW_STEPS) -> list[Trajectory]:
     """Roll out every task ``num_samples`` times; returns the trajectories task-major
     (task 0 samples 0..n-1, task 1, ...). ``tasks`` are data-contract rows (``conversations``
     with the tools on the system message; ``id`` optional). ``max_new_tokens`` is per turn;
-    ``batch_size`` rows decode together, ``decode_slice`` tokens per ``generate`` call."""
+    ``batch_size`` rows decode together, at most ``decode_slice`` tokens per ``generate`` call
+    (fewer when the rows whose turn ended would waste ``min_saved_row_steps``: `SliceStop`)."""
     if max_tool_turns < 0 or min(max_new_tokens, batch_size, num_samples, decode_slice) < 1:
         raise ValueError("rollout: need max_tool_turns >= 0 and max_new_tokens, batch_size, "
                          "num_samples, decode_slice >= 1")
@@ -166,7 +169,7 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
                 torch.no_grad():
             torch.manual_seed(seed)
             _roll(model, tokenizer, trajectories, registry, config, max_tool_turns, batch_size,
-                  decode_slice, bar)
+                  decode_slice, bar, min_saved_row_steps)
     finally:
         model.train(was_training)
         if bar is not None:
@@ -187,15 +190,16 @@ class _Row:
 
 def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: ToolRegistry,
           config: GenerationConfig, max_tool_turns: int, batch_size: int, decode_slice: int,
-          bar: Any) -> None:
+          bar: Any, min_saved_row_steps: int = MIN_SAVED_ROW_STEPS) -> None:
     """The turn loop with continuous batching over one KV cache (`minimind_trl.envs.kv_batch`).
 
-    Each ``generate`` call decodes at most ``decode_slice`` tokens (and never past a row's turn
-    budget). Then every row whose turn ended is recorded (`_take_turn`): rows that called tools
-    get their tool-turn ids as pending columns and go on, the others leave; rows still inside a
-    turn go on from their last token; and queued trajectories are encoded and join, up to
-    ``batch_size`` rows. Nothing is computed twice: the cache keeps every row's context, and a
-    new row's prompt is encoded once, shared prefixes and identical prompts once (`prefill`)."""
+    Each ``generate`` call decodes at most ``decode_slice`` tokens (never past a row's turn budget;
+    it ends sooner when the rows whose turn ended would waste ``min_saved_row_steps``: `SliceStop`).
+    Then every row whose turn ended is recorded (`_take_turn`): rows that called tools get their
+    tool-turn ids as pending columns and go on, the others leave; rows still inside a turn go on
+    from their last token; and queued trajectories are encoded and join, up to ``batch_size`` rows.
+    Nothing is computed twice: the cache keeps every row's context, and a new row's prompt is
+    encoded once, shared prefixes and identical prompts once (`prefill`)."""
     schemas = registry.schemas()
     environment = make_environment_class(registry)()  # the tools as training's loop calls them
     tools = environment_tools(environment)
@@ -220,9 +224,10 @@ def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: 
         if steps not in sliced:
             sliced[steps] = copy.deepcopy(config)
             sliced[steps].max_new_tokens = steps
-        output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
-                                generation_config=sliced[steps])
         width = batch.ids.shape[1]
+        stop = StoppingCriteriaList([SliceStop(width, steps, [eos], min_saved_row_steps)])
+        output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
+                                generation_config=sliced[steps], stopping_criteria=stop)
         generated = output.sequences[:, width:].tolist()  # B lists of n <= steps; pads after eos
         columns = len(generated[0])
         generated_mask = torch.zeros((len(rows), columns), dtype=torch.long)

@@ -106,6 +106,31 @@ def test_batched_greedy_equals_one_at_a_time(tokenizer, registry, model):
                 one.n_turns, one.finished, one.pending_call, one.truncated)
 
 
+def test_ending_generate_calls_early_changes_no_trajectory(tokenizer, registry, model):
+    """Calls ended at every turn's end (min_saved 1) or never early: the same trajectories, while
+    rows that called a tool got their tool turn sooner (more, shorter generate calls)."""
+    keys = ["[call]", "[loop]", "[free] short", "[malformed]", "[hostile]", "[call] again"]
+    tasks = [make_task(registry, f"{k}?", f"t{i}") for i, k in enumerate(keys)]
+    calls = []
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    runs = {}
+    for min_saved in (1, 10**9):
+        calls.clear()
+        trajectories = rollout(model, tokenizer, tasks, registry, max_tool_turns=2, max_new_tokens=40, batch_size=4,
+                               num_samples=2, decode_slice=64, progress=False, min_saved_row_steps=min_saved)
+        runs[min_saved] = ([(t.completion_ids, t.action_mask, t.n_turns, t.finished, t.pending_call, t.truncated)
+                            for t in trajectories], len(calls))
+    assert runs[1][0] == runs[10**9][0]
+    assert runs[1][1] > runs[10**9][1]
+    assert any(finished for *_, finished, _, _ in runs[1][0])
+
+
 def test_samples_of_one_task_share_one_prompt_encoding(tokenizer, registry, model):
     (task,) = [make_task(registry, "[free] once", "p")]
     fed = []

@@ -11,7 +11,7 @@ from datasets import Dataset
 from rollout_helpers import make_task, scripted  # tests/ is on sys.path (pytest's pythonpath)
 
 from minimind_trl.envs.environment import make_environment_class
-from minimind_trl.envs.generation import RowSampler, Sampling, TurnCache, _Stored, generate_turns
+from minimind_trl.envs.generation import RowSampler, Sampling, SliceStop, TurnCache, _Stored, generate_turns
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.config import MiniMindGRPOConfig
@@ -133,6 +133,54 @@ def test_generate_turns_does_not_depend_on_batching(tokenizer, make_tiny_model):
     assert whole == sliced and whole != other
     assert all(len(ids) <= b for ids, b in zip(whole, budgets)) and whole[1] != whole[5]
     assert greedy == [ids[:ids.index(2) + 1] if 2 in ids else ids for ids in reference]
+
+
+def test_slice_stop_fires_once_ended_rows_would_waste_enough_row_steps():
+    """4 rows, a call of 10 steps after 3 input columns, min_saved 12: ended rows x steps left."""
+    stop = SliceStop(width=3, steps=10, eos_token_ids=[2, 7], min_saved=12)
+    ids = torch.full((4, 3), 5)
+    ids = torch.cat([ids, torch.tensor([[5], [2], [5], [5]])], 1)  # step 1: one ended, 9 left: 9 < 12
+    assert stop(ids, None).tolist() == [False] * 4
+    ids = torch.cat([ids, torch.tensor([[5], [0], [7], [5]])], 1)  # step 2: row 1 padded, row 2 ends: 2 x 8
+    assert stop(ids, None).tolist() == [True] * 4
+    every = SliceStop(width=0, steps=10, eos_token_ids=[2], min_saved=1)
+    assert every(torch.tensor([[2], [2]]), None).tolist() == [False, False]  # all ended: generate stops itself
+    late = SliceStop(width=0, steps=3, eos_token_ids=[2], min_saved=1)
+    late(torch.tensor([[2], [5]]), None)
+    late(torch.tensor([[2, 0], [5, 5]]), None)
+    assert late(torch.tensor([[2, 0, 0], [5, 5, 5]]), None).tolist() == [False, False]  # last step: 0 left
+
+
+def test_ending_generate_calls_early_changes_no_id(tokenizer, make_tiny_model):
+    """`generate_turns` with a call ended at every eos (min_saved 1), at the default, and never
+    early: the same ids, sampled and greedy; the early ends happened (more generate calls)."""
+    model = make_tiny_model()
+    g = torch.Generator().manual_seed(3)
+    contexts = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (5, 9, 9, 14, 3, 7, 11, 6)]
+    eos = [t for t in range(3, 400) if t % 6 == 0]  # frequent "eos" ids, so rows end at many steps
+    calls = []
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    runs = {}
+    with torch.no_grad():
+        for sampling in (Sampling(do_sample=True, temperature=0.9, top_k=50, seed=2), Sampling(do_sample=False)):
+            for min_saved in (1, 32, 10**9):
+                calls.clear()
+                ids = generate_turns(model, contexts, [30] * 8, eos, 0, sampling, stream="s", decode_slice=16,
+                                     min_saved_row_steps=min_saved)
+                runs[sampling.do_sample, min_saved] = (ids, len(calls))
+    for sampled in (True, False):
+        ids, early_calls = runs[sampled, 1]
+        assert ids == runs[sampled, 32][0] == runs[sampled, 10**9][0]
+        ended = [row for row in ids if row[-1] in eos]
+        assert 2 <= len(ended) < len(ids) and early_calls > runs[sampled, 10**9][1]
+        if sampled:  # the random model's greedy rows repeat one token: only sampled rows end at many steps
+            assert len({len(row) for row in ended}) >= 3
 
 
 def test_minimind_engine_refuses_settings_it_does_not_implement(tmp_path):
