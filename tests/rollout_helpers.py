@@ -78,6 +78,19 @@ def scripted(model, tokenizer, scripts=SCRIPTS):
     return model
 
 
+def count_generate_calls(model):
+    """Make ``model.generate`` append each call's batch size to the returned list."""
+    calls = []
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    return calls
+
+
 def make_task(registry, question, task_id):
     tools = json.dumps(registry.schemas(["calculate_math"]), ensure_ascii=False)
     return {"id": task_id, "gt": ["21"], "conversations": [

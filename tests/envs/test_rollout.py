@@ -6,7 +6,14 @@ import json
 
 import pytest
 import torch
-from rollout_helpers import CALL, SCRIPTS, independent_rendering, make_task, scripted  # tests/ is on sys.path
+from rollout_helpers import (  # tests/ is on sys.path
+    CALL,
+    SCRIPTS,
+    count_generate_calls,
+    independent_rendering,
+    make_task,
+    scripted,
+)
 
 from minimind_trl.envs.protocol import tool_turn_ids
 from minimind_trl.envs.rollout import rollout
@@ -111,14 +118,7 @@ def test_ending_generate_calls_early_changes_no_trajectory(tokenizer, registry, 
     rows that called a tool got their tool turn sooner (more, shorter generate calls)."""
     keys = ["[call]", "[loop]", "[free] short", "[malformed]", "[hostile]", "[call] again"]
     tasks = [make_task(registry, f"{k}?", f"t{i}") for i, k in enumerate(keys)]
-    calls = []
-    generate = model.generate
-
-    def counted(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[0])
-        return generate(*args, **kwargs)
-
-    model.generate = counted
+    calls = count_generate_calls(model)
     runs = {}
     for min_saved in (1, 10**9):
         calls.clear()

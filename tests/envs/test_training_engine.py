@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from rollout_helpers import make_task, scripted  # tests/ is on sys.path (pytest's pythonpath)
+from rollout_helpers import count_generate_calls, make_task, scripted  # tests/ is on sys.path (pytest's pythonpath)
 
 from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.generation import RowSampler, Sampling, SliceStop, TurnCache, _Stored, generate_turns
@@ -158,14 +158,7 @@ def test_ending_generate_calls_early_changes_no_id(tokenizer, make_tiny_model):
     g = torch.Generator().manual_seed(3)
     contexts = [torch.randint(21, 400, (n,), generator=g).tolist() for n in (5, 9, 9, 14, 3, 7, 11, 6)]
     eos = [t for t in range(3, 400) if t % 6 == 0]  # frequent "eos" ids, so rows end at many steps
-    calls = []
-    generate = model.generate
-
-    def counted(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[0])
-        return generate(*args, **kwargs)
-
-    model.generate = counted
+    calls = count_generate_calls(model)
     runs = {}
     with torch.no_grad():
         for sampling in (Sampling(do_sample=True, temperature=0.9, top_k=50, seed=2), Sampling(do_sample=False)):
