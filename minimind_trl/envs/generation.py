@@ -107,8 +107,10 @@ class SliceStop(StoppingCriteria):
     call's last step; the engines drop it instead and continue the others in their next call.
 
     It fires after a step's tokens are appended, so every row's last token is a real one, and the
-    call returns what a call of that many steps returns: a row's tokens do not depend on where the
-    calls end (per-row streams; greedy up to float rounding, like any change of batch)."""
+    call returns what a call of that many steps returns. With `generate_turns`' per-row streams a
+    row's tokens do not depend on where the calls end (greedy: up to float rounding, like any
+    change of batch; tested). The evaluation rollout samples from one stream for the whole batch,
+    so there, as with any change of batching, other (equally valid, reproducible) samples come out."""
 
     def __init__(self, width: int, steps: int, eos_token_ids: list[int], min_saved: int = MIN_SAVED_ROW_STEPS):
         self.width, self.steps, self.min_saved = width, steps, min_saved  # width: the call's input columns
