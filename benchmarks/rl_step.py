@@ -64,8 +64,7 @@ def per_rollout(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
     figure (each of its steps repeats it), averaged the same way."""
     rollouts: dict[int, dict[str, float]] = {}
     for step in steps:
-        acc = rollouts.setdefault(step["rollout_index"], {"rollout": 0.0, "reward": 0.0, "old_logp": 0.0,
-                                                          "update": 0.0, "measured": 0.0})
+        acc = rollouts.setdefault(step["rollout_index"], dict.fromkeys(PHASE_KEYS, 0.0))
         for key in PHASE_KEYS:
             acc[key] += step[key]
         for key in WORKLOAD_KEYS:

@@ -190,7 +190,7 @@ class _Row:
 
 def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: ToolRegistry,
           config: GenerationConfig, max_tool_turns: int, batch_size: int, decode_slice: int,
-          bar: Any, min_saved_row_steps: int = MIN_SAVED_ROW_STEPS) -> None:
+          bar: Any, min_saved_row_steps: int) -> None:
     """The turn loop with continuous batching over one KV cache (`minimind_trl.envs.kv_batch`).
 
     Each ``generate`` call decodes at most ``decode_slice`` tokens (never past a row's turn budget;
