@@ -28,3 +28,7 @@ class SplitMismatchError(EvalError):
 
 class QuestionSetMismatchError(EvalError):
     """Eval folders cover different question ids, so paired statistics are impossible."""
+
+
+class SamplingMismatchError(EvalError):
+    """Sampled eval folders were sampled at different temperatures, so sampled metrics do not compare."""

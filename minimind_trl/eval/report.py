@@ -28,8 +28,71 @@ def _per_seed(summary: dict, name: str, row: dict) -> str:
     return ", ".join(f"{seed}: {value:.3f}" for seed, value in zip(seeds, values))
 
 
+def _count(v: int | float) -> str:
+    return str(v) if isinstance(v, int) else f"{v:.2f}"
+
+
+def _net(v: int | float) -> str:
+    return f"{v:+d}" if isinstance(v, int) else f"{v:+.2f}"
+
+
+def _resolution_line(summary: dict, rows: dict) -> list[str]:
+    """The smallest resolvable Δ of each comparison in one table (one line under it)."""
+    def value(mde: float) -> str:  # 0: the per-question difference never varies, nothing to scale
+        return f"{mde:.4f}" if mde > 0 else "n/a (constant difference)"
+
+    parts = []
+    for name, row in rows.items():
+        if row.get("mde") is None:
+            continue
+        part = f"{name} {value(row['mde'])} (questions)"
+        if row.get("mde_two_level") is not None:
+            part += f", {value(row['mde_two_level'])} (seeds+questions)"
+        parts.append(part)
+    if not parts:
+        return []
+    p = summary["power"]
+    return ["", f"Smallest resolvable Δ ({p['power']:.0%} power, two-sided α = {p['alpha']:.2g}): "
+            + "; ".join(parts) + "."]
+
+
+def _table_heading(summary: dict, name: str) -> str:
+    subset = (summary.get("subsets") or {}).get(name)
+    return f"## {name}" if subset is None else f"## {name} ({subset['n_questions']} questions)"
+
+
+def _sampling_line(summary: dict, name: str) -> list[str]:
+    sampling = summary.get("sampling")
+    if not sampling or name not in sampling["metrics"]:
+        return []
+    temperature = sampling["temperature"]
+    at = "an unrecorded temperature" if temperature is None else f"temperature {temperature:g}"
+    n = ", ".join(str(k) for k in sampling["num_samples"]) or "?"
+    return ["", f"Sampled at {at}, {n} samples per question."]
+
+
+def _fixed_broken_section(summary: dict) -> list[str]:
+    fb = summary.get("fixed_broken")
+    if not fb or not fb["conditions"]:
+        return []
+    against = (f"each of the baseline's {len(fb['baseline_seeds'])} seeds, then averaged"
+               if fb["averaged_over_baseline_seeds"] else "the baseline")
+    lines = ["", "## Questions fixed / broken", "",
+             f"{fb['metric']} per question against {against} (`{fb['baseline']}`): fixed = the baseline fails "
+             "and the run solves, broken = the reverse, net = fixed − broken.", "",
+             "| condition | seed | fixed | broken | net |", "|---|---|---|---|---|"]
+    for name, cond in fb["conditions"].items():
+        for seed, c in cond["per_seed"].items():
+            lines.append(f"| {name} | {seed} | {_count(c['fixed'])} | {_count(c['broken'])} | {_net(c['net'])} |")
+        if len(cond["per_seed"]) > 1:
+            m = cond["mean"]
+            lines.append(f"| {name} | mean | {m['fixed']:.2f} | {m['broken']:.2f} | {m['net']:+.2f} |")
+    return lines
+
+
 def render_markdown(summary: dict) -> str:
-    """summary.md: provenance, one table per metric, the interaction."""
+    """summary.md: provenance, one table per metric (each with the smallest Δ it resolves), the
+    interaction, questions fixed / broken."""
     b = summary["bootstrap"]
     lines = [
         "# Evaluation summary", "",
@@ -44,7 +107,7 @@ def render_markdown(summary: dict) -> str:
         for seed, info in cond["seeds"].items():
             lines.append(f"| {name} | {seed} | `{info['checkpoint_sha256']}` | `{info['path']}` |")
     for metric, rows in summary["metrics"].items():
-        lines += ["", f"## {metric}", "",
+        lines += ["", _table_heading(summary, metric), "",
                   "| condition | seeds | mean | 95% CI | per seed | Δ vs baseline | Δ 95% CI (questions) | "
                   "Δ 95% CI (seeds+questions) |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -54,6 +117,7 @@ def render_markdown(summary: dict) -> str:
                 f"{_per_seed(summary, name, row)} | {row['diff']:+.4f} | {_fmt_ci(row['diff_ci'])} | "
                 f"{_fmt_ci(row.get('diff_ci_two_level'))} |"
             )
+        lines += _sampling_line(summary, metric) + _resolution_line(summary, rows)
     inter = summary.get("interaction")
     if inter:
         cells = ", ".join(f"{k}={v}" for k, v in inter["cells"].items())
@@ -61,6 +125,13 @@ def render_markdown(summary: dict) -> str:
                   "| metric | interaction | 95% CI (questions) | 95% CI (seeds+questions) |", "|---|---|---|---|"]
         for metric, e in inter["metrics"].items():
             lines.append(f"| {metric} | {e['value']:+.4f} | {_fmt_ci(e['ci'])} | {_fmt_ci(e.get('ci_two_level'))} |")
+        if any(e.get("mde") is not None for e in inter["metrics"].values()):
+            p = summary["power"]
+            lines += ["", f"Smallest resolvable interaction ({p['power']:.0%} power, two-sided α = {p['alpha']:.2g}):",
+                      "", "| metric | questions | seeds+questions |", "|---|---|---|"]
+            for metric, e in inter["metrics"].items():
+                lines.append(f"| {metric} | {_fmt(e.get('mde'))} | {_fmt(e.get('mde_two_level'))} |")
+    lines += _fixed_broken_section(summary)
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,23 @@ Every confidence interval here is a **percentile bootstrap** over per-question v
   independently per cell (training seeds are independent runs), questions are shared across
   cells (the test set is common). Percentile CI as above.
 
-Defaults: ``B = 10_000`` resamples, ``seed = 0``, 95 % confidence.
+Defaults: ``B = 10_000`` resamples, ``seed = 0``, 95 % confidence. Every result also carries
+``se``, the standard deviation of its B replicates (``boot.std(ddof=1)``): the bootstrap standard
+error.
+
+**Resolution (power).** The smallest true difference a comparison detects with probability
+``power`` in a two-sided test at level ``alpha`` (its CI then excludes 0), the minimum detectable
+effect, is::
+
+    MDE = (z_{1 - alpha/2} + z_{power}) * SE          # alpha = 0.05, power = 0.8: 2.8016 * SE
+
+with ``z_p`` the standard normal quantile (:func:`minimum_detectable_effect`). For the paired
+question-level comparison SE is the plug-in standard error of the mean per-question difference,
+``SE = std_0(x - y) / sqrt(n)`` (``std_0`` divides by n: the value the question bootstrap's
+standard error converges to; :func:`mean_standard_error`). For a binary metric with b questions
+only the baseline solves and c only the condition solves, ``d = x - y`` is +1 on c questions,
+-1 on b and 0 elsewhere, so ``SE = sqrt((b + c)/n - ((c - b)/n)^2) / sqrt(n)``. For a two-level
+comparison SE is the two-level bootstrap's ``se``.
 """
 
 from __future__ import annotations
@@ -30,12 +46,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
 DEFAULT_CONFIDENCE = 0.95
+DEFAULT_POWER = 0.8
 # Rows of the (B, n) index matrix drawn at once; bounds memory at about 8 * block * n bytes.
 _BLOCK_BYTES = 64 * 2**20
 
@@ -51,6 +69,7 @@ class BootstrapResult:
     seed: int
     confidence: float
     method: str
+    se: float | None = None  # standard deviation of the bootstrap replicates
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +97,10 @@ def _percentile_interval(boot: np.ndarray, confidence: float) -> tuple[float, fl
     return float(low), float(high)
 
 
+def _replicate_se(boot: np.ndarray) -> float:
+    return float(boot.std(ddof=1)) if boot.size > 1 else 0.0
+
+
 def _index_blocks(rng: np.random.Generator, n: int, n_resamples: int) -> Iterator[np.ndarray]:
     """Yield ``rng.integers(0, n, size=(B, n))`` in row blocks (identical stream to one call)."""
     block = max(1, min(n_resamples, _BLOCK_BYTES // (8 * n)))
@@ -101,7 +124,7 @@ def bootstrap_mean_ci(
     boot = np.concatenate([v[idx].mean(axis=1) for idx in _index_blocks(rng, v.size, n_resamples)])
     low, high = _percentile_interval(boot, confidence)
     return BootstrapResult(float(v.mean()), low, high, int(n_resamples), int(seed), confidence,
-                           "percentile bootstrap over questions")
+                           "percentile bootstrap over questions", _replicate_se(boot))
 
 
 def paired_difference_ci(
@@ -188,7 +211,36 @@ def two_level_bootstrap_ci(
     estimate = float(sum(wc * m.mean() for wc, m in zip(w, mats)))
     low, high = _percentile_interval(boot, confidence)
     return BootstrapResult(estimate, low, high, int(n_resamples), int(seed), confidence,
-                           "two-level percentile bootstrap (seeds per cell, then shared questions)")
+                           "two-level percentile bootstrap (seeds per cell, then shared questions)",
+                           _replicate_se(boot))
+
+
+def mean_standard_error(values: Sequence[float] | np.ndarray) -> float:
+    """Plug-in standard error of ``mean(values)``: ``std_0(values) / sqrt(n)`` (``std_0`` divides by n).
+
+    It is the standard error the question bootstrap of :func:`bootstrap_mean_ci` estimates; for a
+    paired difference pass ``x - y``.
+    """
+    v = _as_vector(values)
+    return float(v.std(ddof=0) / math.sqrt(v.size))
+
+
+def mde_multiplier(power: float = DEFAULT_POWER, confidence: float = DEFAULT_CONFIDENCE) -> float:
+    """``z_{1 - alpha/2} + z_{power}`` with ``alpha = 1 - confidence`` (2.8016 for 80 % power, alpha 0.05)."""
+    _check_settings(1, confidence)
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must lie strictly between 0 and 1, got {power!r}")
+    z = NormalDist().inv_cdf
+    return z(1.0 - (1.0 - confidence) / 2.0) + z(power)
+
+
+def minimum_detectable_effect(se: float, power: float = DEFAULT_POWER,
+                              confidence: float = DEFAULT_CONFIDENCE) -> float:
+    """Smallest true difference detected with probability ``power`` by a two-sided test at level
+    ``alpha = 1 - confidence``: ``MDE = (z_{1 - alpha/2} + z_{power}) * se`` (module docstring)."""
+    if not math.isfinite(se) or se < 0:
+        raise ValueError(f"se must be a finite non-negative number, got {se!r}")
+    return mde_multiplier(power, confidence) * float(se)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -10,7 +10,21 @@ For each metric and condition X (seed-averaged per-question vector x, baseline y
 * ``mean`` = mean_q x_q, ``ci`` = question bootstrap of mean(x);
 * ``diff`` = mean(x) - mean(y), ``diff_ci`` = paired question bootstrap of x - y;
 * when X or the baseline has several seeds: ``ci_two_level`` / ``diff_ci_two_level`` from
-  :func:`~minimind_trl.eval.stats.two_level_bootstrap_ci` (seeds per cell, then questions).
+  :func:`~minimind_trl.eval.stats.two_level_bootstrap_ci` (seeds per cell, then questions);
+* resolution: ``diff_se`` = std_0(x - y) / sqrt(n) and ``mde`` = (z_{1-alpha/2} + z_{power}) *
+  ``diff_se``, the smallest difference the paired question comparison detects with 80 % power at
+  alpha = 1 - confidence (0.05); ``diff_se_two_level`` / ``mde_two_level`` from the two-level
+  bootstrap's standard error (:func:`~minimind_trl.eval.stats.minimum_detectable_effect`). Both are
+  0 when the compared runs agree on every question (no variance observed: read it as "not
+  measured", not as infinite resolution).
+
+Tables: every metric of :func:`~minimind_trl.eval.metrics.available_metrics` held by every run
+(``sampled_pass@1`` and pass@k only when every run was sampled, at one temperature, else
+:class:`SamplingMismatchError`), then each :data:`~minimind_trl.eval.metrics.BY_N_GT_METRICS`
+metric over the questions with k GT values, ``task_success[n_gt=k]``, for each k present (only
+when there are several; the bootstrap resamples those questions only). ``fixed_broken`` counts,
+per condition and seed, the questions the baseline fails and the run solves (fixed) and the
+reverse (broken); against a baseline with several seeds, averaged over its seeds.
 
 Every bootstrap uses the same ``seed`` (common random numbers across comparisons) and
 ``n_resamples`` (default 10,000), percentile 95 % intervals; see :mod:`minimind_trl.eval.stats`.
@@ -29,14 +43,26 @@ from minimind_trl.eval.errors import (
     EvalError,
     EvalFolderError,
     QuestionSetMismatchError,
+    SamplingMismatchError,
     SplitMismatchError,
 )
 from minimind_trl.eval.folder import EvalFolder
-from minimind_trl.eval.metrics import REQUIRED_RECORD_KEYS, available_metrics, per_question_values
+from minimind_trl.eval.metrics import (
+    BY_N_GT_METRICS,
+    REQUIRED_RECORD_KEYS,
+    available_metrics,
+    n_gt,
+    per_question_values,
+    subset_metric_name,
+)
 from minimind_trl.fsio import DataFormatError, iter_jsonl_objects, read_json_file
 
 INTERACTION_CELLS = ("zscore_seqmean", "zscore_fixedL", "center_seqmean", "center_fixedL")
 INTERACTION_WEIGHTS = (1.0, -1.0, -1.0, 1.0)  # (D - C) - (B - A) = A - B - C + D
+# fixed_broken counts per run (see _transitions)
+TRANSITIONS = ("fixed", "broken", "net", "both_solved", "both_failed")
+# One summary table: (table name, metric, question indices or None for all questions).
+Table = tuple[str, str, np.ndarray | None]
 
 
 @dataclass
@@ -49,6 +75,7 @@ class EvalRun:
     manifest: dict
     metrics: dict
     records: list[dict] = field(repr=False)
+    temperature: float | None = None  # sampling temperature of `samples` / pass@k, None: not sampled
 
 
 def parse_condition_spec(spec: str) -> tuple[str, str, Path]:
@@ -82,6 +109,18 @@ def _record_problem(rec: dict) -> tuple[str, str] | None:
     for key in ("n_tool_calls", "answer_length"):
         if not count(rec[key]):
             return key, "must be a non-negative integer"
+    if "n_gt" in rec and rec["n_gt"] != len(hits):
+        return "n_gt", f"must equal the number of gt_hits ({len(hits)})"
+    if "malformed_calls" in rec and not count(rec["malformed_calls"]):
+        return "malformed_calls", "must be a non-negative integer"
+    samples = rec.get("samples")
+    if samples is not None:
+        if not (isinstance(samples, dict) and count(samples.get("n")) and samples["n"] >= 1
+                and count(samples.get("num_correct")) and samples["num_correct"] <= samples["n"]):
+            return "samples", "must hold n >= 1 and num_correct in [0, n]"
+        temperature = samples.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+            return "samples.temperature", "must be a number"
     pass_at_k = rec.get("pass_at_k")
     if pass_at_k is not None and not (isinstance(pass_at_k, dict) and all(
             k.isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1
@@ -146,11 +185,25 @@ def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
     if not records:
         raise EvalFolderError(f"{folder.records_path} holds no records")
     records = sorted(records, key=lambda r: str(r["id"]))
-    return EvalRun(condition, seed, path, manifest, metrics, records)
+    return EvalRun(condition, seed, path, manifest, metrics, records, _sampling_temperature(path, manifest, records))
+
+
+def _sampling_temperature(path: Path, manifest: dict, records: list[dict]) -> float | None:
+    """The one temperature the folder's samples were drawn at (manifest ``pass_at_k`` and the records'
+    ``samples``), None when it holds no samples; two different ones are an error."""
+    found = {float(r["samples"]["temperature"]) for r in records
+             if isinstance(r.get("samples"), dict) and r["samples"].get("temperature") is not None}
+    sampling = manifest.get("pass_at_k")
+    if isinstance(sampling, dict) and isinstance(sampling.get("temperature"), (int, float)):
+        found.add(float(sampling["temperature"]))
+    if len(found) > 1:
+        raise EvalFolderError(f"{path}: samples drawn at several temperatures {sorted(found)}")
+    return found.pop() if found else None
 
 
 def check_compatible(runs: list[EvalRun]) -> None:
-    """Same split (name and manifest hash) and same question ids in every run, else raise."""
+    """Same split (name and manifest hash), same question ids (with the same number of GT values)
+    in every run, and, when every run was sampled, one sampling temperature; else raise."""
     ref = runs[0]
     ref_split = ref.manifest["split"]
     for run in runs[1:]:
@@ -171,6 +224,23 @@ def check_compatible(runs: list[EvalRun]) -> None:
                 f"{run.path} and {ref.path} cover different questions "
                 f"({len(ids)} vs {len(ref_ids)}; only in the first: {only_run}, only in the second: {only_ref})"
             )
+    ref_n_gt = [n_gt(r) for r in ref.records]
+    for run in runs[1:]:
+        differ = next((r["id"] for r, k in zip(run.records, ref_n_gt) if n_gt(r) != k), None)
+        if differ is not None:
+            raise QuestionSetMismatchError(
+                f"question {differ!r} has a different number of GT values in {run.path} and {ref.path}")
+    temperatures = {run.temperature for run in runs if run.temperature is not None}
+    if len(temperatures) > 1 and all(_sampled(run) for run in runs):
+        listing = ", ".join(f"{run.path}: {'unrecorded' if run.temperature is None else f'{run.temperature:g}'}"
+                            for run in runs)
+        raise SamplingMismatchError(
+            f"sampled metrics compare runs sampled at one temperature; these were sampled at {listing}")
+
+
+def _sampled(run: EvalRun) -> bool:
+    """Whether the run's sampled metrics can be tabled: a known temperature, or samples in every record."""
+    return run.temperature is not None or all("samples" in r or "pass_at_k" in r for r in run.records)
 
 
 def _group(runs: list[EvalRun]) -> dict[str, list[EvalRun]]:
@@ -185,12 +255,79 @@ def _group(runs: list[EvalRun]) -> dict[str, list[EvalRun]]:
     return groups
 
 
-def _matrix(members: list[EvalRun], metric: str) -> np.ndarray:
-    return np.stack([per_question_values(r.records, metric) for r in members])
+def _matrix(members: list[EvalRun], metric: str, questions: np.ndarray | None = None) -> np.ndarray:
+    mat = np.stack([per_question_values(r.records, metric) for r in members])
+    return mat if questions is None else mat[:, questions]
 
 
 def _ci(res: stats.BootstrapResult) -> list[float]:
     return [res.low, res.high]
+
+
+def _tables(runs: list[EvalRun], metric_names: list[str]) -> list[Table]:
+    """Each metric over all questions, then each BY_N_GT_METRICS metric per number of GT values
+    (when the questions have several)."""
+    tables: list[Table] = [(m, m, None) for m in metric_names]
+    counts = np.array([n_gt(r) for r in runs[0].records])
+    ks = sorted(set(counts.tolist()))
+    if len(ks) > 1:
+        for metric in (m for m in BY_N_GT_METRICS if m in metric_names):
+            tables += [(subset_metric_name(metric, k), metric, np.flatnonzero(counts == k)) for k in ks]
+    return tables
+
+
+def _comparison_rows(mats: dict[str, np.ndarray], baseline: str, boot: dict, power: float) -> dict[str, dict]:
+    """One table: each condition's mean with its CIs, its difference to the baseline with its CIs and
+    the smallest difference each comparison resolves (module docstring)."""
+    def mde(se: float) -> float:
+        return stats.minimum_detectable_effect(se, power, boot["confidence"])
+
+    base = mats[baseline]
+    rows = {}
+    for name, x in mats.items():
+        own = stats.bootstrap_mean_ci(x.mean(axis=0), **boot)
+        row = {"mean": own.estimate, "ci": _ci(own), "n_seeds": x.shape[0],
+               "per_seed": [float(v) for v in x.mean(axis=1)]}
+        if x.shape[0] > 1:
+            row["ci_two_level"] = _ci(stats.two_level_bootstrap_ci([x], [1.0], **boot))
+        if name == baseline:
+            row.update(diff=0.0, diff_ci=None, diff_se=None, mde=None)
+        else:
+            diff = stats.paired_difference_ci(x.mean(axis=0), base.mean(axis=0), **boot)
+            se = stats.mean_standard_error(x.mean(axis=0) - base.mean(axis=0))
+            row.update(diff=diff.estimate, diff_ci=_ci(diff), diff_se=se, mde=mde(se))
+            if x.shape[0] > 1 or base.shape[0] > 1:
+                two = stats.two_level_bootstrap_ci([x, base], [1.0, -1.0], **boot)
+                row.update(diff_ci_two_level=_ci(two), diff_se_two_level=two.se, mde_two_level=mde(two.se))
+        rows[name] = row
+    return rows
+
+
+def _transitions(run: np.ndarray, base: np.ndarray) -> dict[str, int | float]:
+    """Questions fixed (baseline fails, run solves), broken (the reverse), net = fixed - broken,
+    both solved and both failed, for one run's success vector (n,) against the baseline's (S_b, n):
+    counted against each baseline seed, then averaged (integers for a one-seed baseline)."""
+    counts = {"fixed": (run & ~base).sum(axis=1), "broken": (~run & base).sum(axis=1),
+              "both_solved": (run & base).sum(axis=1), "both_failed": (~run & ~base).sum(axis=1)}
+    counts["net"] = counts["fixed"] - counts["broken"]
+    number = int if base.shape[0] == 1 else float
+    return {key: number(counts[key].mean()) for key in TRANSITIONS}
+
+
+def _fixed_broken(groups: dict[str, list[EvalRun]], baseline: str) -> dict:
+    def solved(run: EvalRun) -> np.ndarray:
+        return per_question_values(run.records, "task_success") > 0.5
+
+    base = np.stack([solved(r) for r in groups[baseline]])
+    conditions = {}
+    for name, members in groups.items():
+        if name == baseline:
+            continue
+        per_seed = {run.seed: _transitions(solved(run), base) for run in members}
+        conditions[name] = {"per_seed": per_seed,
+                            "mean": {key: float(np.mean([v[key] for v in per_seed.values()])) for key in TRANSITIONS}}
+    return {"metric": "task_success", "baseline": baseline, "baseline_seeds": [r.seed for r in groups[baseline]],
+            "averaged_over_baseline_seeds": base.shape[0] > 1, "conditions": conditions}
 
 
 def summarize(
@@ -201,6 +338,7 @@ def summarize(
     seed: int = stats.DEFAULT_SEED,
     confidence: float = stats.DEFAULT_CONFIDENCE,
     num_failures: int = 5,
+    power: float = stats.DEFAULT_POWER,
 ) -> tuple[dict, list[dict]]:
     """Build the summary dict and the failure rows (nothing is written)."""
     if not specs:
@@ -221,42 +359,31 @@ def summarize(
     names = list(groups)
     metric_names = [m for m in available_metrics(runs[0].records)
                     if all(m in available_metrics(r.records) for r in runs)]
+    tables = _tables(runs, metric_names)
     boot = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
+    multiplier = stats.mde_multiplier(power, confidence)
 
     table: dict[str, dict[str, dict]] = {}
-    for metric in metric_names:
-        mats = {name: _matrix(groups[name], metric) for name in names}
-        base = mats[baseline]
-        rows = {}
-        for name in names:
-            x = mats[name]
-            own = stats.bootstrap_mean_ci(x.mean(axis=0), **boot)
-            row = {"mean": own.estimate, "ci": _ci(own), "n_seeds": x.shape[0],
-                   "per_seed": [float(v) for v in x.mean(axis=1)]}
-            if x.shape[0] > 1:
-                row["ci_two_level"] = _ci(stats.two_level_bootstrap_ci([x], [1.0], **boot))
-            if name == baseline:
-                row.update(diff=0.0, diff_ci=None)
-            else:
-                diff = stats.paired_difference_ci(x.mean(axis=0), base.mean(axis=0), **boot)
-                row.update(diff=diff.estimate, diff_ci=_ci(diff))
-                if x.shape[0] > 1 or base.shape[0] > 1:
-                    row["diff_ci_two_level"] = _ci(stats.two_level_bootstrap_ci([x, base], [1.0, -1.0], **boot))
-            rows[name] = row
-        table[metric] = rows
+    for table_name, metric, questions in tables:
+        table[table_name] = _comparison_rows({name: _matrix(groups[name], metric, questions) for name in names},
+                                             baseline, boot, power)
 
     inter = None
     if interaction is not None:
         inter = {"cells": dict(interaction),
                  "formula": "(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)", "metrics": {}}
-        for metric in metric_names:
-            cells = [_matrix(groups[interaction[c]], metric) for c in INTERACTION_CELLS]
-            q = stats.interaction_ci(*(m.mean(axis=0) for m in cells), **boot)
-            entry = {"value": q.estimate, "ci": _ci(q)}
+        for table_name, metric, questions in tables:
+            cells = [_matrix(groups[interaction[c]], metric, questions) for c in INTERACTION_CELLS]
+            per_question = [m.mean(axis=0) for m in cells]
+            q = stats.interaction_ci(*per_question, **boot)
+            se = stats.mean_standard_error((per_question[3] - per_question[2]) - (per_question[1] - per_question[0]))
+            entry = {"value": q.estimate, "ci": _ci(q), "se": se, "mde": multiplier * se}
             if any(m.shape[0] > 1 for m in cells):
-                entry["ci_two_level"] = _ci(stats.two_level_bootstrap_ci(cells, INTERACTION_WEIGHTS, **boot))
-            inter["metrics"][metric] = entry
+                two = stats.two_level_bootstrap_ci(cells, INTERACTION_WEIGHTS, **boot)
+                entry.update(ci_two_level=_ci(two), se_two_level=two.se, mde_two_level=multiplier * two.se)
+            inter["metrics"][table_name] = entry
 
+    sampled = [m for m in metric_names if m == "sampled_pass@1" or m.startswith("pass@")]
     split = runs[0].manifest["split"]
     summary = {
         "format": "minimind-trl-summary/1",
@@ -271,6 +398,20 @@ def summarize(
             "two_level_scheme": "per cell rng.integers(0, S_c, size=(n_resamples, S_c)) seed draws, then shared "
                                 "question draws as above",
         },
+        "power": {
+            "power": power, "alpha": round(1.0 - confidence, 12), "multiplier": multiplier,
+            "formula": "mde = (z_{1-alpha/2} + z_{power}) * se, two-sided",
+            "se": "diff_se = std_0(x - y) / sqrt(n) over the compared questions (the paired question "
+                  "bootstrap's standard error); diff_se_two_level = std of the two-level bootstrap replicates",
+        },
+        "sampling": None if not sampled else {
+            "metrics": sampled,
+            "temperature": next((r.temperature for r in runs if r.temperature is not None), None),
+            "num_samples": sorted({int(r["samples"]["n"]) for run in runs for r in run.records if "samples" in r}),
+        },
+        "subsets": {name: {"metric": metric, "n_gt": int(n_gt(runs[0].records[int(questions[0])])),
+                           "n_questions": int(questions.size)}
+                    for name, metric, questions in tables if questions is not None},
         "conditions": {
             name: {
                 "seeds": {r.seed: {"path": str(r.path),
@@ -281,6 +422,7 @@ def summarize(
         },
         "metrics": table,
         "interaction": inter,
+        "fixed_broken": _fixed_broken(groups, baseline),
     }
     return summary, _failures(groups, num_failures, seed)
 

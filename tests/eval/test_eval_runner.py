@@ -13,10 +13,18 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.eval.checkpoints import CheckpointInfo
 from minimind_trl.eval.cli import eval_main
 from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError, OutputDirNotEmptyError
-from minimind_trl.eval.metrics import compute_metrics
-from minimind_trl.eval.runner import EvalSettings, evaluate_tasks, run_evaluation, run_tools, with_run_tools
+from minimind_trl.eval.metrics import compute_metrics, per_question_values
+from minimind_trl.eval.runner import (
+    EvalSettings,
+    _manifest,
+    evaluate_tasks,
+    run_evaluation,
+    run_tools,
+    with_run_tools,
+)
 from minimind_trl.eval.stats import pass_at_k
 from minimind_trl.fsio import sha256_file
 from minimind_trl.modeling import MiniMindForCausalLM, save_native_checkpoint
@@ -212,6 +220,20 @@ def test_scripted_records_and_pass_at_k(model, tokenizer_dir):
     assert sampled[0]["pass_at_k"] == {"1": 1.0, "2": 1.0} and sampled[1]["pass_at_k"] == {"1": 0.0, "2": 0.0}
     metrics = compute_metrics(sampled, pass_k=[1, 2])
     assert metrics["pass@1"] == pytest.approx((pass_at_k(3, 3, 1) + pass_at_k(3, 0, 1)) / 2) == 0.5
+    assert [r["samples"]["temperature"] for r in sampled] == [0.7, 0.7]
+    assert per_question_values(sampled, "sampled_pass@1").tolist() == [1.0, 0.0]
+    assert metrics["mean_malformed_calls"] == 0.0 == right["malformed_calls"] == wrong["malformed_calls"]
+
+
+def test_the_manifest_records_the_sampling_temperature():
+    """`summarize` reads it to refuse comparing runs sampled at different temperatures."""
+    info = CheckpointInfo(Path("ckpt"), "hub", {"model.safetensors": "c" * 64})
+    split = {"name": "test", "manifest_sha256": "a" * 64}
+    sampled = _manifest(info, None, "t" * 64, split, 2, EvalSettings(pass_k=(1,), num_samples=4, temperature=0.7),
+                        "cpu")
+    assert sampled["pass_at_k"]["temperature"] == 0.7 and sampled["pass_at_k"]["num_samples"] == 4
+    assert "temperature" not in sampled["decoding"] and sampled["decoding"]["greedy"] is True
+    assert _manifest(info, None, "t" * 64, split, 2, EvalSettings(), "cpu")["pass_at_k"] is None
 
 
 PLUGIN = str(Path(__file__).resolve().parents[2] / "plugins" / "example_tool.py")

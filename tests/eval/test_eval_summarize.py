@@ -13,6 +13,7 @@ from minimind_trl.eval.errors import (
     EvalFolderError,
     OutputDirNotEmptyError,
     QuestionSetMismatchError,
+    SamplingMismatchError,
     SplitMismatchError,
 )
 from minimind_trl.eval.report import write_summary
@@ -23,21 +24,35 @@ N = 40
 SPLIT_SHA = "a" * 64
 
 
-def write_eval_folder(path: Path, success, *, split_sha=SPLIT_SHA, split="test", ids=None, ckpt="c" * 64):
-    """A minimal eval folder: records with the required keys, a manifest, metrics."""
+def write_eval_folder(path: Path, success, *, split_sha=SPLIT_SHA, split="test", ids=None, ckpt="c" * 64,
+                      n_gt=None, malformed=None, samples=None, temperature=0.8):
+    """A minimal eval folder: records with the required keys, a manifest, metrics. Optional per-question
+    ``n_gt`` (GT values), ``malformed`` (malformed calls) and ``samples`` ((n, num_correct), drawn at
+    ``temperature``, recorded in the manifest as ``eval --pass-k 1`` does)."""
     ids = ids or [f"q{i:03d}" for i in range(len(success))]
     path.mkdir(parents=True)
     rows = []
-    for qid, s in zip(ids, success):
+    for i, (qid, s) in enumerate(zip(ids, success)):
+        k = 1 if n_gt is None else int(n_gt[i])
         rows.append({
-            "id": qid, "question": f"what is {qid}?", "gt": ["7"], "success": bool(s), "all_gt_covered": bool(s),
-            "gt_hits": [bool(s)], "n_tool_calls": int(s) + 1, "answer_length": 10 + 5 * int(s),
-            "final_answer": "7" if s else "8", "text": f"trajectory for {qid}", "op_type": "arith",
+            "id": qid, "question": f"what is {qid}?", "gt": ["7"] * k, "n_gt": k, "success": bool(s),
+            "all_gt_covered": bool(s), "gt_hits": [bool(s)] * k, "n_tool_calls": int(s) + 1,
+            "answer_length": 10 + 5 * int(s), "final_answer": "7" if s else "8", "text": f"trajectory for {qid}",
+            "op_type": "arith",
         })
+        if malformed is not None:
+            rows[-1]["malformed_calls"] = int(malformed[i])
+        if samples is not None:
+            n, c = samples[i]
+            rows[-1]["samples"] = {"n": n, "num_correct": c, "temperature": temperature,
+                                   "successes": [True] * c + [False] * (n - c)}
+            rows[-1]["pass_at_k"] = {"1": c / n}
     # reversed order on disk: summarize must align by id, not by file order
     (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    sampling = None if samples is None else {"k": [1], "num_samples": samples[0][0], "temperature": temperature}
     (path / "eval_manifest.json").write_text(json.dumps({
-        "checkpoint": {"sha256": ckpt}, "split": {"name": split, "manifest_sha256": split_sha}}))
+        "checkpoint": {"sha256": ckpt}, "split": {"name": split, "manifest_sha256": split_sha},
+        "pass_at_k": sampling}))
     (path / "metrics.json").write_text(json.dumps({"task_success": float(np.mean(success))}))
     return path
 
@@ -195,3 +210,181 @@ def test_summary_md_shows_each_training_seed(tmp_path):
     assert f"42: {grpo.mean():.3f}, 43: {cispo.mean():.3f}" in row
     assert row.count("[") == 3  # mean CI, question CI and the two-level CI of the difference
     assert next(line for line in md.splitlines() if line.startswith("| sft | 1 |")).count("—") >= 2
+
+
+# --- beside greedy success: malformed calls, sampled pass@1, success by n_gt, fixed / broken, resolution
+
+
+def test_questions_fixed_and_broken_counted_by_hand(tmp_path):
+    sft = [1, 1, 1, 0, 0, 0, 0, 1]
+    g1 = [1, 0, 1, 1, 1, 0, 0, 1]  # fixed q3 q4, broken q1; both solved q0 q2 q7, both failed q5 q6
+    g2 = [0, 1, 1, 1, 1, 1, 0, 1]  # fixed q3 q4 q5, broken q0; both solved q1 q2 q7, both failed q6
+    specs = [f"sft={write_eval_folder(tmp_path / 'sft', sft)}",
+             f"grpo@1={write_eval_folder(tmp_path / 'g1', g1)}", f"grpo@2={write_eval_folder(tmp_path / 'g2', g2)}"]
+    summary, failures = summarize(specs, n_resamples=B)
+    fb = summary["fixed_broken"]
+    assert fb["metric"] == "task_success" and fb["baseline_seeds"] == ["0"] and "sft" not in fb["conditions"]
+    grpo = fb["conditions"]["grpo"]
+    assert grpo["per_seed"]["1"] == {"fixed": 2, "broken": 1, "net": 1, "both_solved": 3, "both_failed": 2}
+    assert grpo["per_seed"]["2"] == {"fixed": 3, "broken": 1, "net": 2, "both_solved": 3, "both_failed": 1}
+    assert grpo["mean"] == {"fixed": 2.5, "broken": 1.0, "net": 1.5, "both_solved": 3.0, "both_failed": 1.5}
+    # net / n is the paired difference in task success
+    assert grpo["mean"]["net"] / 8 == pytest.approx(summary["metrics"]["task_success"]["grpo"]["diff"])
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    section = md[md.index("## Questions fixed / broken"):]
+    assert "| grpo | 1 | 2 | 1 | +1 |" in section and "| grpo | 2 | 3 | 1 | +2 |" in section
+    assert "| grpo | mean | 2.50 | 1.00 | +1.50 |" in section
+
+    # a baseline with two seeds: counted against each, then averaged
+    sft_b = [1, 1, 1, 1, 1, 0, 0, 0]  # against g1: fixed q7, broken q1
+    specs = [f"sft@a={tmp_path / 'sft'}", f"sft@b={write_eval_folder(tmp_path / 'sft_b', sft_b)}",
+             f"grpo@1={tmp_path / 'g1'}"]
+    fb = summarize(specs, n_resamples=B)[0]["fixed_broken"]
+    assert fb["averaged_over_baseline_seeds"] and fb["baseline_seeds"] == ["a", "b"]
+    assert fb["conditions"]["grpo"]["per_seed"]["1"] == {
+        "fixed": 1.5, "broken": 1.0, "net": 0.5, "both_solved": 3.5, "both_failed": 2.0}
+
+
+def test_success_by_number_of_gt_values(tmp_path):
+    sft, grpo, _ = _vectors()
+    n_gt = np.array([1, 2, 3, 2] * (N // 4))
+    specs = [str(write_eval_folder(tmp_path / name, v, n_gt=n_gt)) for name, v in (("sft", sft), ("grpo", grpo))]
+    summary, failures = summarize(specs, n_resamples=B, seed=2)
+    assert summary["subsets"] == {
+        f"task_success[n_gt={k}]": {"metric": "task_success", "n_gt": k, "n_questions": int((n_gt == k).sum())}
+        for k in (1, 2, 3)}
+    # the by-n_gt tables follow the whole-set tables
+    names = list(summary["metrics"])
+    assert names[-3:] == ["task_success[n_gt=1]", "task_success[n_gt=2]", "task_success[n_gt=3]"]
+    assert names.index("task_success") < names.index("mean_answer_length") < names.index("task_success[n_gt=1]")
+    for k in (1, 2, 3):
+        mask = n_gt == k
+        row = summary["metrics"][f"task_success[n_gt={k}]"]["grpo"]
+        assert row["mean"] == pytest.approx(grpo[mask].mean())
+        assert row["diff"] == pytest.approx(grpo[mask].mean() - sft[mask].mean())
+        # the bootstrap resamples the subset's questions only
+        assert row["diff_ci"] == pytest.approx(_reference_ci((grpo - sft)[mask], seed=2))
+        assert row["ci"] == pytest.approx(_reference_ci(grpo[mask], seed=2))
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    assert f"## task_success[n_gt=2] ({(n_gt == 2).sum()} questions)" in md
+
+    # one number of GT values: no subset tables (they would repeat task_success)
+    single = [f"{name}={write_eval_folder(tmp_path / f'one_{name}', v)}" for name, v in (("sft", sft), ("grpo", grpo))]
+    one = summarize(single, n_resamples=B)[0]
+    assert one["subsets"] == {} and not any("[n_gt=" in m for m in one["metrics"])
+    # the same question with another number of GT values is another question set
+    other = n_gt.copy()
+    other[5] = 1
+    moved = str(write_eval_folder(tmp_path / "moved", grpo, n_gt=other))
+    with pytest.raises(QuestionSetMismatchError, match="GT values"):
+        summarize([specs[0], moved], n_resamples=B)
+
+
+def test_smallest_resolvable_difference_hand_worked(tmp_path):
+    """Paired binary case with b = 2 broken and c = 6 fixed of n = 40: d = x - y is +1 six times and
+    -1 twice, so SE = sqrt((b + c)/n - ((c - b)/n)^2) / sqrt(n) = sqrt(0.2 - 0.01) / sqrt(40) and
+    MDE = (z_0.975 + z_0.8) * SE = 2.8015852 * 0.0689202 = 0.1930859."""
+    sft = np.array([0] * 6 + [1] * 2 + [1] * 12 + [0] * 20)
+    grpo = np.array([1] * 6 + [0] * 2 + [1] * 12 + [0] * 20)
+    specs = [str(write_eval_folder(tmp_path / name, v)) for name, v in (("sft", sft), ("grpo", grpo))]
+    summary, failures = summarize(specs, n_resamples=4000)
+    row = summary["metrics"]["task_success"]["grpo"]
+    assert summary["fixed_broken"]["conditions"]["grpo"]["per_seed"]["0"]["fixed"] == 6
+    assert row["diff_se"] == pytest.approx(0.0689202437604511, rel=1e-12)
+    assert row["mde"] == pytest.approx(0.19308593614802233, rel=1e-9)
+    # independent: numpy's standard deviation and scipy's normal quantiles
+    scipy_stats = pytest.importorskip("scipy.stats")
+    z = scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8)
+    assert row["mde"] == pytest.approx(z * np.std(grpo - sft) / np.sqrt(N), rel=1e-12)
+    assert summary["power"]["multiplier"] == pytest.approx(z, rel=1e-12)
+    assert summary["power"]["alpha"] == pytest.approx(0.05) and summary["power"]["power"] == 0.8
+    # the bootstrap's own standard error estimates the same SE
+    boot = stats.paired_difference_ci(grpo, sft, n_resamples=4000)
+    assert boot.se == pytest.approx(row["diff_se"], rel=0.06)
+    base_row = summary["metrics"]["task_success"]["sft"]
+    assert base_row["mde"] is None and base_row["diff_se"] is None
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    assert "Smallest resolvable Δ (80% power, two-sided α = 0.05): grpo 0.1931 (questions)." in md
+
+
+def test_two_level_resolution_and_interaction_resolution(tmp_path):
+    rng = np.random.default_rng(4)
+    cells = {name: rng.integers(0, 2, N) for name in ("A", "B", "C")}
+    d_seeds = [rng.integers(0, 2, N) for _ in range(2)]
+    specs = [f"{n}={write_eval_folder(tmp_path / n, v)}" for n, v in cells.items()]
+    specs += [f"D@{s}={write_eval_folder(tmp_path / f'D{s}', v)}" for s, v in enumerate(d_seeds)]
+    inter = {"zscore_seqmean": "A", "zscore_fixedL": "B", "center_seqmean": "C", "center_fixedL": "D"}
+    summary, failures = summarize(specs, baseline="A", interaction=inter, n_resamples=B, seed=1)
+    k = stats.mde_multiplier()
+    row = summary["metrics"]["task_success"]["D"]
+    two = stats.two_level_bootstrap_ci([np.array(d_seeds, float), cells["A"][None].astype(float)], [1, -1],
+                                       n_resamples=B, seed=1)
+    assert row["diff_se_two_level"] == pytest.approx(two.se) and row["mde_two_level"] == pytest.approx(k * two.se)
+    assert row["mde"] == pytest.approx(k * np.std(np.mean(d_seeds, axis=0) - cells["A"]) / np.sqrt(N))
+    e = summary["interaction"]["metrics"]["task_success"]
+    per_q = (np.mean(d_seeds, axis=0) - cells["C"]) - (cells["B"] - cells["A"])
+    assert e["mde"] == pytest.approx(k * np.std(per_q) / np.sqrt(N)) and e["mde_two_level"] > 0
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    line = next(x for x in md.splitlines()[md.splitlines().index("## task_success"):] if x.startswith("Smallest"))
+    assert f"D {row['mde']:.4f} (questions), {row['mde_two_level']:.4f} (seeds+questions)" in line
+    assert "Smallest resolvable interaction" in md
+
+
+def test_malformed_calls_per_trajectory(tmp_path):
+    sft, grpo, _ = _vectors()
+    m_sft = np.arange(N) % 3  # 0, 1, 2, ...
+    m_grpo = (np.arange(N) % 3 == 0).astype(int)
+    specs = [str(write_eval_folder(tmp_path / "sft", sft, malformed=m_sft)),
+             str(write_eval_folder(tmp_path / "grpo", grpo, malformed=m_grpo))]
+    table = summarize(specs, n_resamples=B)[0]["metrics"]["mean_malformed_calls"]
+    assert table["sft"]["mean"] == pytest.approx(m_sft.mean())
+    assert table["grpo"]["diff"] == pytest.approx(m_grpo.mean() - m_sft.mean())
+    assert table["grpo"]["diff_ci"] == pytest.approx(_reference_ci(m_grpo - m_sft))
+    # a run whose records lack malformed_calls: no table
+    specs[1] = str(write_eval_folder(tmp_path / "old", grpo))
+    assert "mean_malformed_calls" not in summarize(specs, n_resamples=B)[0]["metrics"]
+    bad = write_eval_folder(tmp_path / "bad", grpo, malformed=[-1] * N)
+    with pytest.raises(EvalFolderError, match="malformed_calls"):
+        summarize([specs[0], str(bad)], n_resamples=B)
+
+
+def test_sampled_pass_at_1_only_when_every_run_was_sampled(tmp_path):
+    sft, grpo, _ = _vectors()
+    rng = np.random.default_rng(9)
+    c_sft, c_grpo = rng.integers(0, 5, N), rng.integers(0, 5, N)
+    specs = [str(write_eval_folder(tmp_path / "sft", sft, samples=[(4, int(c)) for c in c_sft])),
+             str(write_eval_folder(tmp_path / "grpo", grpo, samples=[(4, int(c)) for c in c_grpo]))]
+    summary, failures = summarize(specs, n_resamples=B)
+    table = summary["metrics"]["sampled_pass@1"]
+    assert "pass@1" not in summary["metrics"]  # the same number per question: one table
+    assert table["sft"]["mean"] == pytest.approx(c_sft.mean() / 4)
+    assert table["grpo"]["diff_ci"] == pytest.approx(_reference_ci((c_grpo - c_sft) / 4))
+    assert summary["sampling"] == {"metrics": ["sampled_pass@1"], "temperature": 0.8, "num_samples": [4]}
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    section = md[md.index("## sampled_pass@1"):]
+    assert "Sampled at temperature 0.8, 4 samples per question." in section.split("## ")[1]
+
+    # a greedy-only run among them: the sampled table is skipped, not an error
+    greedy = str(write_eval_folder(tmp_path / "greedy", grpo))
+    summary = summarize([specs[0], greedy], n_resamples=B)[0]
+    assert "sampled_pass@1" not in summary["metrics"] and summary["sampling"] is None
+    md = (write_summary(tmp_path / "out2", summary, []) / "summary.md").read_text()
+    assert "sampled_pass@1" not in md and "Sampled at" not in md
+
+    # sampled at another temperature: refused
+    hot = str(write_eval_folder(tmp_path / "hot", grpo, samples=[(4, 1)] * N, temperature=1.0))
+    with pytest.raises(SamplingMismatchError, match=r"temperature.*0\.8.*1"):
+        summarize([specs[0], hot], n_resamples=B)
+    bad = write_eval_folder(tmp_path / "bad", grpo, samples=[(4, 5)] * N)
+    with pytest.raises(EvalFolderError, match="samples"):
+        summarize([specs[0], str(bad)], n_resamples=B)
+
+
+def test_resolution_of_identical_runs_is_not_reported_as_zero(tmp_path):
+    sft, _, _ = _vectors()
+    specs = [f"{n}={write_eval_folder(tmp_path / n, sft)}" for n in ("sft", "gspo")]
+    summary, failures = summarize(specs, n_resamples=B)
+    assert summary["metrics"]["task_success"]["gspo"]["mde"] == 0.0
+    assert summary["fixed_broken"]["conditions"]["gspo"]["per_seed"]["0"]["net"] == 0
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    assert "gspo n/a (constant difference) (questions)." in md

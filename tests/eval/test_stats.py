@@ -114,6 +114,29 @@ def test_paired_ci_covers_known_difference_in_simulation():
     assert 0.86 <= covered / sims <= 1.0
 
 
+def test_minimum_detectable_effect_against_scipy_and_by_hand():
+    """MDE = (z_{1-alpha/2} + z_power) * SE; paired binary case with b = 3 broken and c = 9 fixed of
+    n = 60: SE = sqrt((b + c)/n - ((c - b)/n)^2) / sqrt(n) = sqrt(0.2 - 0.01) / sqrt(60)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    assert stats.mde_multiplier() == pytest.approx(2.8015852181129683, rel=1e-12)
+    for power, confidence in ((0.8, 0.95), (0.9, 0.99), (0.5, 0.9)):
+        z = scipy_stats.norm.ppf(1 - (1 - confidence) / 2) + scipy_stats.norm.ppf(power)
+        assert stats.minimum_detectable_effect(0.02, power, confidence) == pytest.approx(0.02 * z, rel=1e-12)
+    base = np.array([0] * 9 + [1] * 3 + [1] * 20 + [0] * 28, float)
+    cond = np.array([1] * 9 + [0] * 3 + [1] * 20 + [0] * 28, float)
+    se = stats.mean_standard_error(cond - base)
+    assert se == pytest.approx(math.sqrt(12 / 60 - (6 / 60) ** 2) / math.sqrt(60), rel=1e-12)
+    assert se == pytest.approx(np.std(cond - base) / np.sqrt(60), rel=1e-12)
+    assert stats.minimum_detectable_effect(se) == pytest.approx(2.8015852181129683 * 0.05627314338711377, rel=1e-9)
+    # the bootstrap standard error (std of the replicates) estimates the plug-in SE
+    res = stats.paired_difference_ci(cond, base, n_resamples=8000, seed=1)
+    assert res.se == pytest.approx(se, rel=0.05)
+    with pytest.raises(ValueError):
+        stats.minimum_detectable_effect(-1.0)
+    with pytest.raises(ValueError):
+        stats.mde_multiplier(power=1.0)
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError):
         stats.bootstrap_mean_ci([])

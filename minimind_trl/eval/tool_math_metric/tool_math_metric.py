@@ -13,6 +13,7 @@ Config ``"default"`` — one entry per question:
     n_tool_calls     int       well-formed tool calls the model made (pending ones included)
     valid_calls      int       calls that ran and returned a result
     failed_calls     int       calls that ran and returned an error observation
+    malformed_calls  int       tool-call attempts the protocol could not parse
     num_turns        int       model turns
     answer_length    int       tokens the model generated (action tokens; observations excluded)
     op_type          str       task family, for the breakdown
@@ -28,6 +29,7 @@ Returned numbers (q runs over the N questions of a group):
     mean_tool_calls     = (1/N) sum_q n_tool_calls_q
     valid_call_rate     = sum_q valid_calls_q / sum_q n_tool_calls_q   (None without calls)
     failures_per_question = (1/N) sum_q failed_calls_q
+    mean_malformed_calls = (1/N) sum_q malformed_calls_q
     mean_turns          = (1/N) sum_q num_turns_q
     mean_answer_length  = (1/N) sum_q answer_length_q
     count               = N
@@ -56,6 +58,7 @@ _DEFAULT_FEATURES = datasets.Features(
         "n_tool_calls": datasets.Value("int32"),
         "valid_calls": datasets.Value("int32"),
         "failed_calls": datasets.Value("int32"),
+        "malformed_calls": datasets.Value("int32"),
         "num_turns": datasets.Value("int32"),
         "answer_length": datasets.Value("int32"),
         "op_type": datasets.Value("string"),
@@ -73,7 +76,7 @@ def _unbiased_pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
 
 
-def _group_numbers(success, covered, hits, n_gt, calls, valid, failed, turns, lengths) -> dict:
+def _group_numbers(success, covered, hits, n_gt, calls, valid, failed, malformed, turns, lengths) -> dict:
     return {
         "task_success": float(np.mean(success)),
         "all_gt_coverage": float(np.mean(covered)),
@@ -84,6 +87,7 @@ def _group_numbers(success, covered, hits, n_gt, calls, valid, failed, turns, le
         "mean_tool_calls": float(np.mean(calls)),
         "valid_call_rate": float(valid.sum() / calls.sum()) if calls.sum() else None,
         "failures_per_question": float(np.mean(failed)),
+        "mean_malformed_calls": float(np.mean(malformed)),
         "mean_turns": float(np.mean(turns)),
         "mean_answer_length": float(np.mean(lengths)),
         "count": int(len(success)),
@@ -111,7 +115,7 @@ class ToolMathMetric(evaluate.Metric):
         return self._compute_default(**columns)
 
     def _compute_default(self, success, all_gt_covered, gt_hits, n_tool_calls, valid_calls, failed_calls,
-                         num_turns, answer_length, op_type):
+                         malformed_calls, num_turns, answer_length, op_type):
         if len(success) == 0:
             raise ValueError("no records to score")
         n_gt = np.array([len(h) for h in gt_hits], dtype=np.float64)
@@ -125,6 +129,7 @@ class ToolMathMetric(evaluate.Metric):
             np.asarray(n_tool_calls, dtype=np.float64),
             np.asarray(valid_calls, dtype=np.float64),
             np.asarray(failed_calls, dtype=np.float64),
+            np.asarray(malformed_calls, dtype=np.float64),
             np.asarray(num_turns, dtype=np.float64),
             np.asarray(answer_length, dtype=np.float64),
         )
