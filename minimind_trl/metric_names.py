@@ -44,6 +44,7 @@ RATIO_MIN = "ratio_min"
 RATIO_MEAN = "ratio_mean"
 RATIO_MAX = "ratio_max"
 MAX_ABS_LOG_RATIO = "max_abs_log_ratio"
+KL_OLD = "kl_old"  # KL(pi_old || pi) over action tokens (k3 token mean): how far the update moved the policy
 CLIP_FRACTION = "clip_fraction"
 CLIP_FRACTION_LOW = "clip_fraction_low"
 CLIP_FRACTION_HIGH = "clip_fraction_high"
@@ -70,7 +71,7 @@ ROW_WEIGHTED_PREFIXES = ("seq_ratio", "gspo_seq")
 their valid rows (every other mean is weighted by action tokens)."""
 
 OBJECTIVE_KEYS = (
-    LOSS, POLICY_LOSS, KL, RATIO_MIN, RATIO_MEAN, RATIO_MAX, MAX_ABS_LOG_RATIO,
+    LOSS, POLICY_LOSS, KL, RATIO_MIN, RATIO_MEAN, RATIO_MAX, MAX_ABS_LOG_RATIO, KL_OLD,
     CLIP_FRACTION_LOW, CLIP_FRACTION_HIGH, CLIP_FRACTION, NUM_ACTION_TOKENS, NUM_VALID_ROWS,
 )
 """Metrics :func:`minimind_trl.objectives.compute_policy_loss` returns for every policy, in order."""
@@ -100,6 +101,15 @@ TOOL_MALFORMED_PER_TRAJECTORY = "tool_malformed_per_trajectory"
 ROLLOUT_VALID_ROWS = "rollout_valid_rows"
 ROLLOUT_ACTION_TOKENS = "rollout_action_tokens"
 ROLLOUT_GENERATED_TOKENS = "rollout_generated_tokens"
+
+# On-policy check: the engine's sampling log-probs against the replay's old log-probs, over the
+# rollout's action tokens (update 0 of the rollout measures them; later records repeat them).
+ON_POLICY_PREFIX = "onpolicy/"
+ONPOLICY_LOGP_ABS_DIFF_MEAN = "onpolicy/logp_abs_diff_mean"
+ONPOLICY_LOGP_ABS_DIFF_MAX = "onpolicy/logp_abs_diff_max"
+ONPOLICY_KL = "onpolicy/kl"  # KL(sampling || replay), k3 estimator per token, mean over tokens
+ON_POLICY_KEYS = (ONPOLICY_LOGP_ABS_DIFF_MEAN, ONPOLICY_LOGP_ABS_DIFF_MAX, ONPOLICY_KL)
+"""None in the record when the rollout carried no sampling log-probs (a ``rollout_func`` without them)."""
 
 REWARD_FUNC_PREFIX = "reward/"
 
@@ -182,7 +192,7 @@ GRPO_RECORD_KEYS = (
     STEP, ROLLOUT, UPDATE, LEARNING_RATE,
     # the update
     LOSS, POLICY_LOSS, KL, GRAD_NORM, ENTROPY, NUM_ACTION_TOKENS,
-    RATIO_MIN, RATIO_MEAN, RATIO_MAX, MAX_ABS_LOG_RATIO,
+    RATIO_MIN, RATIO_MEAN, RATIO_MAX, MAX_ABS_LOG_RATIO, KL_OLD,
     CLIP_FRACTION, CLIP_FRACTION_LOW, CLIP_FRACTION_HIGH,
     # the rollout it trained on
     REWARD_MEAN, REWARD_STD, ZERO_STD_GROUP_FRACTION,
@@ -190,6 +200,7 @@ GRPO_RECORD_KEYS = (
     TOOL_CALLS_PER_TRAJECTORY, TOOL_VALID_PER_TRAJECTORY, TOOL_FAILURES_PER_TRAJECTORY,
     TOOL_MALFORMED_PER_TRAJECTORY,
     ROLLOUT_VALID_ROWS, ROLLOUT_ACTION_TOKENS, ROLLOUT_GENERATED_TOKENS,
+    *ON_POLICY_KEYS,
     # time
     *TIMING_KEYS, UPDATE_TOKENS_PER_SECOND, GENERATION_TOKENS_PER_SECOND,
 )
@@ -239,7 +250,9 @@ POLICY_FIGURES: tuple[FigureGroup, ...] = (
     FigureGroup("task_success", "Task success", re.compile(r"^(task_success|success_rate)")),
     FigureGroup("ratio", "Importance ratio", re.compile(rf"^(?:{_any(RATIO_MEAN, RATIO_MIN, RATIO_MAX)})$")),
     FigureGroup("clip_fraction", "Clip fraction", re.compile("^" + re.escape(CLIP_FRACTION))),
-    FigureGroup("kl", "KL to reference", re.compile(rf"^{re.escape(KL)}(_.*)?$")),
+    FigureGroup("kl", "KL to reference", re.compile(rf"^{re.escape(KL)}(?!{re.escape(KL_OLD[len(KL):])}$)(_.*)?$")),
+    FigureGroup("step_size", "Policy change: KL(old || new) per update, sampling vs replay gap",
+                re.compile(rf"^{re.escape(KL_OLD)}$|^{re.escape(ON_POLICY_PREFIX)}")),
     FigureGroup("grad_norm", "Gradient norm", re.compile(rf"^{re.escape(GRAD_NORM)}$")),
     FigureGroup("loss", "Loss", re.compile(rf"^{re.escape(LOSS)}$|^{_NOT_ROUTER}(?!{re.escape(AUX_LOSS)}$).*_loss$")),
     FigureGroup("entropy", "Entropy", re.compile(rf"^{_NOT_ROUTER}.*{re.escape(ENTROPY)}")),

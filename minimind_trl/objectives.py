@@ -621,6 +621,9 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         before any clipping but after the :data:`LOG_RATIO_BOUND` clamp (so always finite);
         ``max_abs_log_ratio``: ``max |logp - old|`` over action tokens, clamped the same way (20
         means some token hit the bound; 0 and ratios 1 exactly on the first update of a rollout);
+        ``kl_old``: KL(pi_old || pi) between the policy that sampled the rollout and this one, the
+        k3 token mean ``sum_t m_t (r_t - 1 - log r_t) / sum_t m_t`` (>= 0; exactly 0 on update 0):
+        the step-size guard, how far the updates since the rollout moved the policy on its tokens;
         ``clip_fraction_low`` (``r < 1-eps_low`` and ``A < 0``), ``clip_fraction_high``
         (``r > 1+eps_high`` and ``A > 0``), ``clip_fraction`` (either): fractions of action tokens,
         sign-aware like TRL, i.e. the tokens whose gradient the token clip removes. The same
@@ -681,9 +684,10 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
             torch.where(m, clamped, math.inf).amin() if m.numel() else zero,
             torch.where(m, clamped, -math.inf).amax() if m.numel() else zero,
             (ratio * m).sum(),
+            ((ratio - 1.0 - clamped) * m).sum(),  # k3 per token, summed directly (no cancellation)
         ]).tolist()
         ints = torch.stack([counts.sum(), (counts > 0).sum(), low.sum(), high.sum(), (low | high).sum()]).tolist()
-        loss_value, policy_value, kl_value, log_ratio_min, log_ratio_max, ratio_sum = floats
+        loss_value, policy_value, kl_value, log_ratio_min, log_ratio_max, ratio_sum, kl_old_sum = floats
         tokens, valid_rows, n_low, n_high, n_clipped = ints
         per_token = 1.0 / max(tokens, 1)
         metrics = {
@@ -694,6 +698,7 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
             names.RATIO_MEAN: ratio_sum * per_token if tokens else 1.0,
             names.RATIO_MAX: math.exp(log_ratio_max) if tokens else 1.0,
             names.MAX_ABS_LOG_RATIO: max(log_ratio_max, -log_ratio_min) + 0.0 if tokens else 0.0,  # no -0.0
+            names.KL_OLD: max(0.0, kl_old_sum * per_token),  # max: rounding never shows below 0
             names.CLIP_FRACTION_LOW: n_low * per_token,
             names.CLIP_FRACTION_HIGH: n_high * per_token,
             names.CLIP_FRACTION: n_clipped * per_token,

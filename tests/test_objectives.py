@@ -424,11 +424,23 @@ def test_ratio_exactly_one(name):
     mask = (torch.rand(4, 6, generator=gen) > 0.3).long()
     batch = PolicyBatch(logps, logps.detach(), torch.tensor([1.0, -1.0, 0.5, -0.2]), mask)
     m = compute_policy_loss(batch, ObjectiveConfig.preset(name)).metrics
-    assert m["max_abs_log_ratio"] == 0.0
+    assert m["max_abs_log_ratio"] == 0.0 and m["kl_old"] == 0.0
     assert m["ratio_min"] == m["ratio_max"] == m["ratio_mean"] == 1.0
     assert m["clip_fraction_low"] == m["clip_fraction_high"] == m["clip_fraction"] == 0.0
     assert m.get("cispo_truncation_fraction", 0.0) == 0.0
     assert m.get("gspo_seq_clip_fraction", 0.0) == 0.0
+
+
+def test_kl_old_is_the_k3_token_mean_over_action_tokens():
+    """kl_old = sum_t m_t (r_t - 1 - log r_t) / sum_t m_t, hand-worked; masked garbage is ignored."""
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -3.0, -9.0]], dtype=torch.float64)
+    shift = torch.tensor([[math.log(2.0), math.log(0.5), 0.0], [math.log(1.5), 50.0, -50.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    batch = PolicyBatch(old + shift, old, torch.tensor([1.0, -1.0], dtype=torch.float64), mask)
+    m = compute_policy_loss(batch, ObjectiveConfig.preset("grpo")).metrics
+    k3 = [2.0 - 1 - math.log(2.0), 0.5 - 1 - math.log(0.5), 0.0, 1.5 - 1 - math.log(1.5)]
+    assert m["kl_old"] == pytest.approx(sum(k3) / 4, rel=1e-12)
+    assert m["kl_old"] > 0  # any move of the policy shows
 
 
 def test_sign_aware_clip_fractions():

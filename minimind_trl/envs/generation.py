@@ -18,6 +18,8 @@ followed by its cut at the first eos and at ``max_completion_length``:
   trajectory does not depend on which rows share its batch (batch size, accumulation, engine
   slicing). The distribution is TRL's: the same temperature / top-k / top-p warpers of
   transformers, applied in that order, then one draw (inverse CDF: one uniform per row and token).
+  With ``return_logprobs`` each token also comes with its log-probability under that warped
+  distribution (`SampledLogps`; 0.0 when greedy).
 """
 
 from __future__ import annotations
@@ -73,11 +75,40 @@ def row_seed(base: int, stream: str, context: list[int], occurrence: int) -> int
     return int.from_bytes(digest[:8], "big") >> 1
 
 
+class SampledLogps(LogitsProcessor):
+    """Records ``log_softmax(scores)`` at the token each step appended (read from the next step's
+    ``input_ids``; the last step's by `take`). Run last, its scores are the distribution the token
+    was drawn from. One ``generate`` call at a time; `take` resets it."""
+
+    def __init__(self):
+        self.steps: list[torch.Tensor] = []  # (B,) per step whose token is known
+        self.pending: torch.Tensor | None = None  # (B, V) log-probs of the step whose token is not yet known
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def take(self, rows: list[list[int]]) -> list[list[float]]:
+        """Log-probs of each row's new ids (``rows[i]``: the ids row i generated in the call, from
+        its first new column, possibly cut short); empty lists if nothing was recorded."""
+        steps, pending = self.steps, self.pending
+        self.steps, self.pending = [], None
+        if pending is not None:
+            column = len(steps)
+            last = torch.tensor([ids[column] if len(ids) > column else 0 for ids in rows], device=pending.device)
+            steps.append(pending.gather(1, last[:, None]).squeeze(1))
+        table = torch.stack(steps, 1).tolist() if steps else [[] for _ in rows]
+        return [logps[:len(ids)] for logps, ids in zip(table, rows)]
+
+
 class RowSampler(LogitsProcessor):
     """Samples every row from its own generator and returns scores that make greedy decoding pick
-    the sampled token (0 there, -inf elsewhere). ``generators`` follow the batch's rows."""
+    the sampled token (0 there, -inf elsewhere). ``generators`` follow the batch's rows. With
+    ``record``, ``recorder`` keeps the log-probs of the warped distribution each token was drawn from."""
 
-    def __init__(self, sampling: Sampling):
+    def __init__(self, sampling: Sampling, record: bool = False):
         warpers = []
         if sampling.temperature != 1.0:
             warpers.append(TemperatureLogitsWarper(sampling.temperature))
@@ -87,10 +118,13 @@ class RowSampler(LogitsProcessor):
             warpers.append(TopPLogitsWarper(sampling.top_p))
         self.warpers = warpers
         self.generators: list[torch.Generator] = []
+        self.recorder = SampledLogps() if record else None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         for warper in self.warpers:
             scores = warper(input_ids, scores)
+        if self.recorder is not None:
+            self.recorder(input_ids, scores)
         cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1)  # (B, V)
         # Inverse-CDF sampling: one uniform per row from the row's own generator (u < total, so a
         # zero-probability token, whose CDF step is flat, is never the first entry above u).
@@ -133,6 +167,7 @@ class _Row:
     budget: int
     generator: torch.Generator | None
     ids: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)  # sampling log-prob of each id
     resume: KVBatch | None = None  # a stored row this context extends, with its new ids pending
 
 
@@ -199,7 +234,7 @@ def _join(model: Any, rows: list[_Row], contexts: list[list[int]], pad: int) -> 
 def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eos_token_ids: list[int],
                    pad_token_id: int, sampling: Sampling, stream: str = "", batch_size: int = 64,
                    decode_slice: int = DECODE_SLICE, cache: TurnCache | None = None,
-                   min_saved_row_steps: int = MIN_SAVED_ROW_STEPS) -> list[list[int]]:
+                   min_saved_row_steps: int = MIN_SAVED_ROW_STEPS, return_logprobs: bool = False):
     """Generated ids of each context: up to and including its first eos, at most its budget.
 
     Args:
@@ -211,6 +246,8 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         cache: finished rows are stored there and contexts that extend a stored row resume it.
         min_saved_row_steps: a ``generate`` call ends early when its ended rows would waste that
             many row-steps (`SliceStop`); the ids do not change.
+        return_logprobs: also return, per context, each id's log-probability under the warped
+            distribution it was drawn from (0.0 when greedy): ``(ids, logprobs)``.
     """
     if len(contexts) != len(budgets):
         raise ValueError("generate_turns: one budget per context")
@@ -230,13 +267,14 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
             generator.manual_seed(row_seed(sampling.seed, stream, context, occurrence))
         if budget > 0:
             queue.append(_Row(i, budget, generator, resume=cache.resume(model, context) if cache else None))
-    sampler = RowSampler(sampling) if sampling.do_sample else None
+    sampler = RowSampler(sampling, record=return_logprobs) if sampling.do_sample else None
     processors = LogitsProcessorList([sampler] if sampler is not None else [])
     eos = set(eos_token_ids)
     base = GenerationConfig(do_sample=False, eos_token_id=list(eos_token_ids), pad_token_id=pad_token_id,
                             use_cache=True, return_dict_in_generate=True)
     configs: dict[int, GenerationConfig] = {}
     results: list[list[int]] = [[] for _ in contexts]
+    result_logps: list[list[float]] = [[] for _ in contexts]
     rows: list[_Row] = []
     batch: KVBatch | None = None
     while queue or rows:
@@ -257,13 +295,18 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
                                 generation_config=configs[steps], logits_processor=processors,
                                 stopping_criteria=stop)
         generated = output.sequences[:, width:].tolist()  # (B, n <= steps), pads after an eos
+        logps = [[0.0] * len(new) for new in generated]  # greedy, or not asked for
+        if sampler is not None and sampler.recorder is not None:
+            logps = sampler.recorder.take(generated)
         keep, last = [], []
         for i, (row, new) in enumerate(zip(rows, generated)):
             end = next((j for j, token in enumerate(new) if token in eos), None)
             kept = new if end is None else new[:end + 1]
             row.ids += kept
+            row.logps += logps[i][:len(kept)]
             if end is not None or len(row.ids) >= row.budget:
                 results[row.index] = row.ids
+                result_logps[row.index] = row.logps
                 if cache is not None and output.cache is not None:  # all but the row's last token is cached
                     width_i = width + len(kept) - 1
                     cache.store(contexts[row.index] + row.ids[:-1], _Stored(
@@ -281,4 +324,4 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         generated_mask = torch.ones((len(generated), len(generated[0])), dtype=batch.mask.dtype)  # no eos yet
         batch = continue_rows(batch, output, keep, generated_mask, [[t] for t in last], [[1]] * len(last),
                               pad_token_id)
-    return results
+    return (results, result_logps) if return_logprobs else results

@@ -22,6 +22,7 @@ recipe, so recipes written before it keep their hash.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import re
@@ -49,8 +50,9 @@ from minimind_trl.trainer.recipe_schema import (
 )
 
 __all__ = [
-    "MAX_BASE_CHAIN", "MAX_RECIPE_BYTES", "MAX_YAML_NODES", "SCHEMA", "RecipeError", "apply_override", "load_recipe",
-    "located", "merge_recipes", "one_line", "parse_override", "read_recipe_file", "recipe_sha256", "validate_recipe",
+    "MAX_BASE_CHAIN", "MAX_RECIPE_BYTES", "MAX_YAML_NODES", "SCHEDULERS_WITHOUT_WARMUP", "SCHEMA", "RecipeError",
+    "apply_override", "load_recipe", "located", "merge_recipes", "one_line", "parse_override", "read_recipe_file",
+    "recipe_sha256", "validate_recipe",
 ]
 
 # top-level keys of every kind -> default (the kinds add theirs, e.g. grpo's `rewards`)
@@ -77,9 +79,13 @@ TRAINING_VALUES = {
     "max_steps": (lambda v: type(v) is int and (v == -1 or v >= 1), "an int >= 1, or -1 (use num_train_epochs)"),
     "num_train_epochs": number(0, above=True), "learning_rate": number(0),
     "save_steps": number(0, above=True), "eval_steps": number(0, above=True, null=True),
-    "save_total_limit": int_at_least(1, null=True),
+    "save_total_limit": int_at_least(1, null=True), "warmup_steps": number(0),
     **{key: STRING for key in ("save_strategy", "eval_strategy", "logging_strategy", "lr_scheduler_type")},
 }
+# lr_scheduler_type values whose schedule has no warmup: transformers' get_scheduler does not pass
+# num_warmup_steps to them, so a `training.warmup_steps` > 0 would be silently ignored. Value: the
+# scheduler to use instead (None: no warmup variant of that schedule exists).
+SCHEDULERS_WITHOUT_WARMUP = {"constant": "constant_with_warmup", "reduce_lr_on_plateau": None, "greedy": None}
 # training keys that a section owns, for every kind: key -> where to set it instead (each kind adds its own)
 OWNED_TRAINING_KEYS = {
     "output_dir": "the --output-dir option",
@@ -395,7 +401,32 @@ def _check_training(training: dict, kind: TrainingKind) -> dict:
         if ok is not None and not ok(training[key]):
             raise RecipeError(f"recipe: training.{key} must be {what}, got {training[key]!r}")
     _check_report_to(training.get("report_to"))
+    _check_warmup(training, kind)
     return dict(training)
+
+
+def _training_default(kind: TrainingKind, key: str) -> Any:
+    """The default of field ``key`` of the kind's training config (what an unset ``training.key``
+    means); None when the config has no such field or no default."""
+    spec = {f.name: f for f in dataclasses.fields(kind.config_class)}.get(key)
+    if spec is None or spec.default is not dataclasses.MISSING:
+        return None if spec is None else spec.default
+    return None if spec.default_factory is dataclasses.MISSING else spec.default_factory()
+
+
+def _check_warmup(training: dict, kind: TrainingKind) -> None:
+    """``training.warmup_steps`` > 0 (a step count, or below 1 a fraction of the steps) with a scheduler
+    that has no warmup (:data:`SCHEDULERS_WITHOUT_WARMUP`) would be ignored without a word: refused."""
+    warmup = training.get("warmup_steps", _training_default(kind, "warmup_steps"))
+    scheduler = training.get("lr_scheduler_type", _training_default(kind, "lr_scheduler_type"))
+    scheduler = getattr(scheduler, "value", scheduler)  # a SchedulerType default
+    if not warmup or scheduler not in SCHEDULERS_WITHOUT_WARMUP:
+        return
+    instead = SCHEDULERS_WITHOUT_WARMUP[scheduler]
+    fix = f"use lr_scheduler_type: {instead}, or warmup_steps: 0" if instead else \
+        "set warmup_steps: 0, or use a scheduler with a warmup (e.g. constant_with_warmup)"
+    raise RecipeError(f"recipe: training.warmup_steps={warmup!r} would be ignored: lr_scheduler_type "
+                      f"{scheduler!r} has no warmup; {fix}")
 
 
 def _check_report_to(report_to: Any) -> None:

@@ -56,6 +56,8 @@ def test_metrics_file_keeps_the_keys_order_and_values(tmp_path, golden, name):
         for key, value in before.items():
             if key in VARYING:
                 assert (row[key] is None) == (value is None), key
+            elif value is None:
+                assert row[key] is None, key
             else:
                 assert row[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
         assert all(is_record_key(key) for key in row), [key for key in row if not is_record_key(key)]

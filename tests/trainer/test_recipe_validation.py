@@ -13,7 +13,13 @@ from helpers import tiny_tokenizer_path
 
 import minimind_trl.modeling as modeling
 from minimind_trl.trainer import cli
-from minimind_trl.trainer.recipe import MAX_YAML_NODES, RecipeError, load_recipe
+from minimind_trl.trainer.recipe import (
+    MAX_YAML_NODES,
+    SCHEDULERS_WITHOUT_WARMUP,
+    RecipeError,
+    load_recipe,
+    validate_recipe,
+)
 
 
 def write_recipe(folder: Path, split_dir: Path) -> Path:
@@ -66,6 +72,8 @@ BAD = [
     (["training.report_to=[tensorbaord]"], "training.report_to"),
     (["training.save_strategy=false"], "training.save_strategy"),
     (["training.lr_scheduler_type=cosine_typo"], "training:"),
+    (["training.lr_scheduler_type=constant", "training.warmup_steps=8"], "training.warmup_steps=8 would be ignored"),
+    (["training.warmup_steps=-1"], "training.warmup_steps"),
 ]
 
 
@@ -171,3 +179,42 @@ def test_a_lone_surrogate_is_named_not_a_traceback(tmp_path):
 def test_more_values_are_checked_at_load(tmp_path, split_dir, overrides, message):
     with pytest.raises(RecipeError, match=message.replace(".", r"\.")):
         load_recipe(write_recipe(tmp_path, split_dir), overrides)
+
+
+# A minimal valid recipe of each kind (validation only: nothing is built).
+KIND_RECIPES = {
+    "grpo": {"kind": "grpo", "model": {"preset": "tiny"}, "data": {"path": "x"}, "rewards": ["success_reward"]},
+    "sft": {"kind": "sft", "model": {"preset": "tiny"}, "data": {"path": "x"}},
+    "dpo": {"kind": "dpo", "model": {"preset": "tiny"}, "data": {"path": "x"}},
+    "distill": {"kind": "distill", "model": {"preset": "tiny"}, "data": {"path": "x"},
+                "distill": {"teacher_path": "t"}},
+}
+
+
+def _with_training(kind: str, **training) -> dict:
+    return {**KIND_RECIPES[kind], "training": training}
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS_WITHOUT_WARMUP))
+@pytest.mark.parametrize("kind", sorted(KIND_RECIPES))
+def test_warmup_with_a_scheduler_that_ignores_it_is_refused(kind, scheduler):
+    """transformers' get_scheduler passes no warmup to these schedulers: a warmup would be dropped silently."""
+    with pytest.raises(RecipeError) as info:
+        validate_recipe(_with_training(kind, lr_scheduler_type=scheduler, warmup_steps=8))
+    text = str(info.value)
+    assert text.startswith("recipe: training.warmup_steps=8 would be ignored") and "\n" not in text, text
+    assert repr(scheduler) in text and "constant_with_warmup" in text, text
+    with pytest.raises(RecipeError, match="training.warmup_steps=0.1 would be ignored"):  # a fraction of the steps
+        validate_recipe(_with_training(kind, lr_scheduler_type=scheduler, warmup_steps=0.1))
+
+
+@pytest.mark.parametrize("kind", sorted(KIND_RECIPES))
+@pytest.mark.parametrize("training", [
+    {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 8},
+    {"lr_scheduler_type": "constant", "warmup_steps": 0},
+    {"lr_scheduler_type": "constant"},
+    {"lr_scheduler_type": "cosine", "warmup_steps": 0.1},
+    {"warmup_steps": 8},  # the configs' default scheduler (linear) has a warmup
+], ids=lambda t: ",".join(f"{k}={v}" for k, v in t.items()))
+def test_warmup_with_a_scheduler_that_uses_it_is_accepted(kind, training):
+    assert validate_recipe(_with_training(kind, **training))["training"] == training
