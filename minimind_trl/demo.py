@@ -62,6 +62,7 @@ from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
 from minimind_trl.fsio import sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
+from minimind_trl.trainer.recipe import load_recipe
 from minimind_trl.trainer.run_folder import RunFolder
 
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
@@ -77,8 +78,10 @@ TIMINGS_FILE = "timings.json"
 
 # Wall seconds of the full demo on the reference machine (2 idle cores; docs/demo_results.md). An RL
 # run costs ``rl_run_overhead + rollouts * rl_rollout`` (process start, model load, save; then each
-# rollout of 8 prompts x 4 trajectories with K=4 updates); ``eval`` is one checkpoint on 150 questions.
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 8.3, "eval": 14.0,
+# rollout of recipes/demo/rl.yaml: 8 prompts x 4 trajectories at T=0.7, K=2 updates: 113-125 s per
+# 12-rollout run on a machine where the earlier 6-rollout K=4 runs took 1.5x their reference time, so
+# (119 / 1.5 - 13) / 12); ``eval`` is one checkpoint on 150 questions.
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 5.5, "eval": 14.0,
                      "summary": 17.0}
 MIN_BUDGET_ROLLOUTS = 2
 MIN_BUDGET_SEEDS = 2
@@ -95,20 +98,37 @@ class DemoSize:
     pretrain_epochs: float
     sft_rows: int  # gold trajectories used for SFT (the first N of the training split)
     sft_epochs: float
-    rl_rollouts: int  # rollouts per RL run (each = K optimizer updates)
+    rl_rollouts: int | None  # rollouts per RL run (each = K optimizer updates); None: the RL recipe's
     rl_seeds: int  # RL seeds per objective (all from the one SFT start)
     eval_batch_size: int
-    rl_prompts: int | None = None  # prompts per rollout (x GROUP_SIZE rows); None: the recipe's 8
+    rl_prompts: int | None = None  # prompts per rollout (x the group size); None: the recipe's
 
 
 SIZES = {
-    "full": DemoSize(num_tasks=4300, val_size=50, test_size=150, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
-                     sft_epochs=1.0, rl_rollouts=6, rl_seeds=3, eval_batch_size=50),
+    "full": DemoSize(num_tasks=4550, val_size=300, test_size=150, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
+                     sft_epochs=1.0, rl_rollouts=None, rl_seeds=3, eval_batch_size=50),
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=20, drill_rows=200, pretrain_epochs=1.0, sft_rows=64,
                       sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=20, rl_prompts=4),
 }
-UPDATES_PER_ROLLOUT = 4  # recipes/demo/rl.yaml: training.num_iterations (K); tests/test_demo.py checks both
-GROUP_SIZE = 4  # recipes/demo/rl.yaml: rollout.group_size
+
+
+@dataclass(frozen=True)
+class RLRecipe:
+    """What the demo reads from ``recipes/demo/rl.yaml`` (the one home of the demo's RL settings)."""
+
+    updates_per_rollout: int  # training.num_iterations (K)
+    group_size: int  # rollout.group_size
+    rollouts: int  # training.max_steps / K
+
+
+def rl_recipe() -> RLRecipe:
+    """The RL recipe's K, group size and rollouts per run; its ``max_steps`` must be a multiple of K."""
+    recipe = load_recipe(RECIPE_DIR / "rl.yaml")
+    k, steps = recipe["training"]["num_iterations"], recipe["training"]["max_steps"]
+    if steps % k:
+        raise DemoError(f"{RECIPE_DIR / 'rl.yaml'}: training.max_steps={steps} is not a multiple of "
+                        f"training.num_iterations={k}")
+    return RLRecipe(updates_per_rollout=k, group_size=recipe["rollout"]["group_size"], rollouts=steps // k)
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
 # or two ground-truth values, no distractor tools (prompts stay short enough for 2 CPU cores) and
@@ -270,14 +290,20 @@ def sft_overrides(data_dir: Path, pretrained: Path, tokenizer: Path, size: DemoS
             f"model.path={pretrained}", f"tokenizer.path={tokenizer}", f"seed={seed}"]
 
 
-def rl_overrides(sft: Path, splits: Path, tokenizer: Path, objective: tuple[str, ...], rollouts: int,
-                 rl_seed: int, prompts: int | None = None) -> list[str]:
-    """``--set`` items of one RL run (``recipes/demo/rl.yaml``): ``objective``'s overrides,
-    ``rollouts`` x K updates, the RL seed, and ``prompts`` per rollout when not the recipe's."""
-    rollout = [] if prompts is None else [f"rollout.prompts_per_rollout={prompts}",
-                                          f"training.per_device_train_batch_size={prompts * GROUP_SIZE}"]
-    return [f"model.path={sft}", f"data.path={splits}", *objective, *rollout,
-            f"training.max_steps={rollouts * UPDATES_PER_ROLLOUT}", f"tokenizer.path={tokenizer}", f"seed={rl_seed}"]
+def rl_overrides(sft: Path, splits: Path, tokenizer: Path, objective: tuple[str, ...], rl_seed: int,
+                 rollouts: int | None = None, prompts: int | None = None) -> list[str]:
+    """``--set`` items of one RL run (``recipes/demo/rl.yaml``): the start, data, tokenizer,
+    ``objective``'s overrides and the RL seed. Training settings are the recipe's; only a plan that
+    differs from it (``--budget``, ``--quick``) sets ``rollouts`` x K updates and ``prompts`` per rollout."""
+    recipe = rl_recipe()
+    shape = []
+    if prompts is not None:
+        shape += [f"rollout.prompts_per_rollout={prompts}",
+                  f"training.per_device_train_batch_size={prompts * recipe.group_size}"]
+    if rollouts is not None and rollouts != recipe.rollouts:
+        shape.append(f"training.max_steps={rollouts * recipe.updates_per_rollout}")
+    return [f"model.path={sft}", f"data.path={splits}", *objective, *shape, f"tokenizer.path={tokenizer}",
+            f"seed={rl_seed}"]
 
 
 def conditions(ablation: bool) -> dict[str, tuple[str, ...]]:
@@ -355,7 +381,8 @@ def _timed(timings: Timings, stage: str, work):
 
 def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditions: int, budget_min: float | None,
              elapsed: float, full_size: bool) -> RLPlan:
-    wanted = RLPlan(size.rl_rollouts, size.rl_seeds if num_seeds is None else num_seeds)
+    rollouts = rl_recipe().rollouts if size.rl_rollouts is None else size.rl_rollouts
+    wanted = RLPlan(rollouts, size.rl_seeds if num_seeds is None else num_seeds)
     if "plan" in timings.data:  # --resume: keep the plan the run started with
         kept = RLPlan(**timings.data["plan"]["chosen"])
         _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition (kept from {timings.path})")
@@ -376,7 +403,7 @@ def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditio
             fitted = elapsed + projected_rest_seconds(plan, n_conditions, factor)
             note["projected_total_s"] = round(fitted)
             if plan != wanted:
-                updates = plan.rl_rollouts * UPDATES_PER_ROLLOUT
+                updates = plan.rl_rollouts * rl_recipe().updates_per_rollout
                 _log(f"--budget {budget_min:g} min: {plan.rl_rollouts} rollouts ({updates} updates) x "
                      f"{plan.rl_seeds} seeds per condition instead of {wanted.rl_rollouts} x {wanted.rl_seeds}; "
                      f"projected total {fitted / 60:.0f} min")
@@ -417,8 +444,8 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     for rl_seed in rl_seeds(seed, plan.rl_seeds):
         for name, objective in table.items():
             run = run_name(name, rl_seed)
-            checkpoints[run] = train(run, "rl.yaml", rl_overrides(sft, splits, tokenizer, objective,
-                                                              plan.rl_rollouts, rl_seed, size.rl_prompts))
+            checkpoints[run] = train(run, "rl.yaml", rl_overrides(sft, splits, tokenizer, objective, rl_seed,
+                                                              plan.rl_rollouts, size.rl_prompts))
             labels[run] = f"{name}@{rl_seed}"
     evals = {}
     for run, ckpt in checkpoints.items():

@@ -41,7 +41,8 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
         assert manifest["training_args"]["prefix_sharing"] is True
         assert manifest["recipe"]["rollout"]["prompts_per_rollout"] == demo.SIZES["quick"].rl_prompts == 4
         rows = (out / "runs" / name / "metrics.jsonl").read_text().splitlines()
-        assert len(rows) == 4 and json.loads(rows[0])["max_abs_log_ratio"] == 0.0
+        assert len(rows) == demo.rl_recipe().updates_per_rollout  # --quick: one rollout of K updates
+        assert json.loads(rows[0])["max_abs_log_ratio"] == 0.0
     capsys.readouterr()
     # A rerun with --resume finds every stage done and trains nothing again.
     assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
@@ -59,7 +60,8 @@ def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
 
 
-def test_fit_plan_shortens_rollouts_then_seeds_to_meet_the_budget():
+def test_fit_plan_shortens_rollouts_then_seeds_to_meet_the_budget(monkeypatch):
+    monkeypatch.setitem(demo.REFERENCE_SECONDS, "rl_rollout", 8.3)  # the hand-worked figures below
     wanted = demo.RLPlan(rl_rollouts=6, rl_seeds=3)
     full = demo.projected_rest_seconds(wanted, 4, 1.0)
     # 12 runs x (13 s + 6 rollouts x 8.3 s) + 13 evals x 14 s + 17 s, at the reference speed
@@ -118,8 +120,9 @@ def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_p
     timings.record("sft", 2 * demo.REFERENCE_SECONDS["sft"])
     elapsed = 2 * (demo.REFERENCE_SECONDS["pretrain"] + demo.REFERENCE_SECONDS["sft"])
     plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, elapsed, full_size=True)
-    assert plan == demo.fit_plan(demo.RLPlan(6, 3), 4, 2.0, 30 * 60 - elapsed)
-    assert plan != demo.RLPlan(6, 3)
+    wanted = demo.RLPlan(demo.rl_recipe().rollouts, 3)
+    assert plan == demo.fit_plan(wanted, 4, 2.0, 30 * 60 - elapsed)
+    assert plan != wanted
     saved = json.loads((tmp_path / demo.TIMINGS_FILE).read_text())["plan"]
     assert saved["speed_factor"] == 2.0 and saved["budget_min"] == 30.0
     assert "--budget 30 min" in capsys.readouterr().out
@@ -135,13 +138,25 @@ def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
     timings.record("sft", 1.5 * demo.REFERENCE_SECONDS["sft"])
     recorded = 1.5 * (demo.REFERENCE_SECONDS["pretrain"] + demo.REFERENCE_SECONDS["sft"])
     plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, 5.0, full_size=True)
-    assert plan == demo.fit_plan(demo.RLPlan(6, 3), 4, 1.5, 30 * 60 - recorded)
-    assert plan != demo.fit_plan(demo.RLPlan(6, 3), 4, 1.5, 30 * 60 - 5.0)
+    wanted = demo.RLPlan(demo.rl_recipe().rollouts, 3)
+    assert plan == demo.fit_plan(wanted, 4, 1.5, 30 * 60 - recorded)
+    assert plan != demo.fit_plan(wanted, 4, 1.5, 30 * 60 - 5.0)
 
 
-def test_the_demo_constants_are_the_rl_recipe_s():
-    """`UPDATES_PER_ROLLOUT` and `GROUP_SIZE` copy recipes/demo/rl.yaml (max_steps and the quick
-    demo's batch size are computed from them): they must not drift from it."""
+def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_path):
+    """The demo's RL training settings live in recipes/demo/rl.yaml alone: a full-size run passes only
+    model.path, data.path, tokenizer.path, objective.preset and seed; fewer rollouts (--budget) add
+    max_steps = rollouts x K, and --quick's prompts per rollout the matching batch size."""
     recipe = load_recipe(demo.RECIPE_DIR / "rl.yaml")
-    assert recipe["training"]["num_iterations"] == demo.UPDATES_PER_ROLLOUT
-    assert recipe["rollout"]["group_size"] == demo.GROUP_SIZE
+    plan = demo.rl_recipe()
+    assert plan.rollouts * plan.updates_per_rollout == recipe["training"]["max_steps"]
+    assert plan.updates_per_rollout == recipe["training"]["num_iterations"] >= 2  # K=1 would tie GRPO/CISPO/GSPO
+    sft, splits, tok = tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
+    items = demo.rl_overrides(sft, splits, tok, ("objective.preset=dr_grpo",), 43, plan.rollouts)
+    assert {item.split("=")[0] for item in items} == {"model.path", "data.path", "tokenizer.path",
+                                                     "objective.preset", "seed"}
+    shorter = demo.rl_overrides(sft, splits, tok, ("objective.preset=grpo",), 42, plan.rollouts - 1, prompts=4)
+    assert f"training.max_steps={(plan.rollouts - 1) * plan.updates_per_rollout}" in shorter
+    assert f"training.per_device_train_batch_size={4 * plan.group_size}" in shorter
+    resolved = load_recipe(demo.RECIPE_DIR / "rl.yaml", shorter)  # the overrides resolve as a recipe
+    assert resolved["rollout"]["prompts_per_rollout"] == 4
