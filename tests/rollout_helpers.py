@@ -99,6 +99,16 @@ def make_task(registry, question, task_id):
         {"role": "assistant", "content": ""}]}
 
 
+def scripted_rows(registry, keys):
+    """GRPO dataset rows of one calculator task per script key (``"[think]"`` opens thinking)."""
+    rows = []
+    for i, key in enumerate(keys):
+        task = make_task(registry, f"{key} compute it", f"t{i}")
+        rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key,
+                     "open_thinking": key == "[think]"})
+    return rows
+
+
 def independent_rendering(tokenizer, task, turns, observations, open_thinking=False):
     """Independent rendering of a finished rollout: the task's messages, each model turn as an
     assistant message with its raw text as content, each tool round as tool messages. Returns

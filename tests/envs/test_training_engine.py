@@ -8,7 +8,11 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from rollout_helpers import count_generate_calls, make_task, scripted  # tests/ is on sys.path (pytest's pythonpath)
+from rollout_helpers import (  # tests/ is on sys.path (pytest's pythonpath)
+    count_generate_calls,
+    scripted,
+    scripted_rows,
+)
 
 from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.generation import RowSampler, Sampling, SliceStop, TurnCache, _Stored, generate_turns
@@ -37,11 +41,7 @@ def tokenizer():
 def make_trainer(tmp_path, tokenizer, make_tiny_model, engine, moe=False, max_completion_length=1024, greedy=True,
                  seed=0):
     registry = default_registry()
-    rows = []
-    for i, key in enumerate(KEYS):
-        task = make_task(registry, f"{key} compute it", f"t{i}")
-        rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key,
-                     "open_thinking": key == "[think]"})
+    rows = scripted_rows(registry, KEYS)
     args = MiniMindGRPOConfig(
         output_dir=str(tmp_path), per_device_train_batch_size=12, num_generations=2,
         max_completion_length=max_completion_length, max_tool_calling_iterations=2, max_steps=1,

@@ -104,14 +104,24 @@ def test_summary_diffs_and_cis_match_reference(tmp_path):
     assert max(sum(f["condition"] == c for f in failures) for c in ("sft", "grpo", "cispo")) <= 5
 
 
-def test_interaction_and_two_level_seeds(tmp_path):
-    rng = np.random.default_rng(1)
+INTERACTION_CELLS = {"zscore_seqmean": "A", "zscore_fixedL": "B", "center_seqmean": "C", "center_fixedL": "D"}
+
+
+def interaction_folders(tmp_path, seed: int, d_seeds: int):
+    """Eval folders of cells A, B, C (one seed each) and D (``d_seeds`` seeds) with random successes:
+    (cells, D's per-seed vectors, summarize specs)."""
+    rng = np.random.default_rng(seed)
     cells = {name: rng.integers(0, 2, N) for name in ("A", "B", "C")}
-    d_seeds = [rng.integers(0, 2, N) for _ in range(3)]
+    d_values = [rng.integers(0, 2, N) for _ in range(d_seeds)]
     specs = [f"{n}={write_eval_folder(tmp_path / n, v)}" for n, v in cells.items()]
-    specs += [f"D@{s}={write_eval_folder(tmp_path / f'D{s}', v)}" for s, v in enumerate(d_seeds)]
+    specs += [f"D@{s}={write_eval_folder(tmp_path / f'D{s}', v)}" for s, v in enumerate(d_values)]
+    return cells, d_values, specs
+
+
+def test_interaction_and_two_level_seeds(tmp_path):
+    cells, d_seeds, specs = interaction_folders(tmp_path, 1, 3)
     specs.append(f"sft={write_eval_folder(tmp_path / 'sft', cells['A'])}")
-    inter = {"zscore_seqmean": "A", "zscore_fixedL": "B", "center_seqmean": "C", "center_fixedL": "D"}
+    inter = INTERACTION_CELLS
     summary, _ = summarize(specs, interaction=inter, n_resamples=B, seed=3)
 
     d_mean = np.mean(d_seeds, axis=0)
@@ -308,12 +318,8 @@ def test_smallest_resolvable_difference_hand_worked(tmp_path):
 
 
 def test_two_level_resolution_and_interaction_resolution(tmp_path):
-    rng = np.random.default_rng(4)
-    cells = {name: rng.integers(0, 2, N) for name in ("A", "B", "C")}
-    d_seeds = [rng.integers(0, 2, N) for _ in range(2)]
-    specs = [f"{n}={write_eval_folder(tmp_path / n, v)}" for n, v in cells.items()]
-    specs += [f"D@{s}={write_eval_folder(tmp_path / f'D{s}', v)}" for s, v in enumerate(d_seeds)]
-    inter = {"zscore_seqmean": "A", "zscore_fixedL": "B", "center_seqmean": "C", "center_fixedL": "D"}
+    cells, d_seeds, specs = interaction_folders(tmp_path, 4, 2)
+    inter = INTERACTION_CELLS
     summary, failures = summarize(specs, baseline="A", interaction=inter, n_resamples=B, seed=1)
     k = stats.mde_multiplier()
     row = summary["metrics"]["task_success"]["D"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from datasets import Dataset
 from helpers import make_trainer, tiny_model
-from rollout_helpers import make_task, scripted
+from rollout_helpers import scripted, scripted_rows
 
 from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.generation import Sampling, TurnCache, generate_turns
@@ -132,11 +132,7 @@ class Recording(MiniMindToolGRPOTrainer):
 
 def tool_trainer(tmp_path, engine):
     tokenizer, registry = load_tokenizer(), default_registry()
-    rows = []
-    for i, key in enumerate(KEYS):
-        task = make_task(registry, f"{key} compute it", f"t{i}")
-        rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key,
-                     "open_thinking": key == "[think]"})
+    rows = scripted_rows(registry, KEYS)
     args = MiniMindGRPOConfig(
         output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=2, max_completion_length=96,
         max_tool_calling_iterations=2, max_steps=1, num_iterations=1, learning_rate=1e-4, bf16=False,
