@@ -254,15 +254,17 @@ def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume
 
 
 def stage_eval(out: Path, name: str, checkpoint: Path, splits: Path, tokenizer: Path, size: DemoSize,
-               resume: bool, split: str = "test") -> Path:
-    """Frozen greedy evaluation of ``checkpoint`` on ``split`` into ``out/eval/NAME``."""
+               resume: bool, split: str = "test", limit: int | None = None) -> Path:
+    """Frozen greedy evaluation of ``checkpoint`` on ``split`` (its first ``limit`` questions) into
+    ``out/eval/NAME``."""
     folder = out / "eval" / name
     if _check_fresh(folder, resume, EVAL_MANIFEST):
         _log(f"eval {name}: already done, skipping")
         return folder
     _run(["eval", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--split-dir", str(splits),
           "--split", split, "--output-dir", str(folder), "--batch-size", str(size.eval_batch_size),
-          "--max-new-tokens", "96"], out / "logs" / f"eval_{name}.log")
+          "--max-new-tokens", "96", *([] if limit is None else ["--limit", str(limit)])],
+         out / "logs" / f"eval_{name}.log")
     return folder
 
 

@@ -30,7 +30,6 @@ import numpy as np
 
 from minimind_trl import demo
 from minimind_trl.data import prepare_splits
-from minimind_trl.eval.folder import EvalFolder
 from minimind_trl.eval.stats import paired_difference_ci
 from minimind_trl.fsio import read_jsonl, write_json_atomic, write_jsonl_atomic, write_text_atomic
 from minimind_trl.metric_names import REWARD_MEAN, reward_func_mean_key
@@ -65,11 +64,8 @@ def hard_split(out: Path, sft: Path, splits: Path, tokenizer: Path, pool: int) -
     folder = out / "hard_split"
     if (folder / "manifest.json").is_file():
         return folder
-    eval_dir = out / "eval" / f"sft_train{pool}"
-    if not EvalFolder(eval_dir).is_complete():
-        demo._run(["eval", "--checkpoint", str(sft), "--tokenizer", str(tokenizer), "--split-dir", str(splits),
-                   "--split", "train", "--limit", str(pool), "--output-dir", str(eval_dir), "--batch-size", "50",
-                   "--max-new-tokens", "96"], out / "logs" / f"eval_sft_train{pool}.log")
+    eval_dir = demo.stage_eval(out, f"sft_train{pool}", sft, splits, tokenizer, demo.SIZES["full"], True,
+                               split="train", limit=pool)
     failed = {r["id"] for r in read_jsonl(eval_dir / "records.jsonl") if not r["success"]}
     tasks = [task for task in read_jsonl(splits / "train.jsonl") if task["id"] in failed]
     source = out / "hard_src" / "hard.jsonl"
