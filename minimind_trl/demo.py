@@ -60,7 +60,7 @@ from minimind_trl.data.gold import gold_file_rows
 from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
-from minimind_trl.fsio import sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.fsio import FolderInUseError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
 from minimind_trl.trainer.recipe import load_recipe
 from minimind_trl.trainer.run_folder import RunFolder
@@ -423,8 +423,15 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     """Run every stage into ``out``; returns the path of ``summary.md``. ``num_seeds`` RL seeds per
     condition (default: the size's); ``ablation`` adds the 2x2 cells; ``budget_min`` fits the RL
     stage into that many minutes (module docstring)."""
-    started = time.time()
     out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out, "minimind-trl demo"):
+        return _run_stages(out, size, seed, resume, num_seeds, ablation, budget_min)
+
+
+def _run_stages(out: Path, size: DemoSize, seed: int, resume: bool, num_seeds: int | None, ablation: bool,
+                budget_min: float | None) -> Path:
+    """:func:`run_demo`'s stages, with the demo folder locked."""
+    started = time.time()
     timings = Timings(out)
     splits = stage_data(out, size, seed, resume)
     tokenizer = stage_tokenizer(out, resume)
@@ -507,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
                            args.seeds, args.ablation, args.budget)
-    except DemoError as exc:
+    except (DemoError, FolderInUseError) as exc:
         print(f"minimind-trl demo: {exc}", file=sys.stderr)
         return 2
     print()

@@ -26,16 +26,23 @@ A kill at any point leaves the old folder or the new one at ``NAME`` (between th
 one under ``.old-NAME``); :func:`recover_directory`, run by the next commit and by readers such as
 the run folder, moves a lone ``.old-NAME`` back and deletes one whose replacement is in place. One
 writer per target at a time. Both names are hidden and do not match ``checkpoint-*`` globs.
+
+Locks. :func:`lock_folder` gives one process at a time a run, demo or sweep folder: an ``flock`` on
+``.NAME.lock`` beside the folder, holding the holder's pid and command. The kernel drops it when the
+process dies, so a lock left by a killed run is taken over (and says so); a live holder is named in
+:class:`FolderInUseError`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -472,3 +479,81 @@ def build_directory(target: str | os.PathLike) -> Iterator[Path]:
     finally:
         if staging.exists():
             remove_tree(staging)
+
+
+# ------------------------------------------------------------------------------------------- locks
+
+
+class FolderInUseError(RuntimeError):
+    """Another live process holds the folder's lock (:func:`lock_folder`)."""
+
+
+_HELD: dict[Path, tuple[int, int]] = {}  # resolved folder -> (lock file descriptor, depth)
+
+
+def lock_path(folder: str | os.PathLike) -> Path:
+    """The lock file of ``folder``: ``.NAME.lock`` beside it, so a run folder's own layout (a new
+    run needs it empty) is untouched."""
+    folder = Path(folder).resolve()
+    return folder.parent / f".{folder.name}.lock"
+
+
+def _holder(text: str) -> str:
+    try:
+        info = json.loads(text)
+        return f"pid {int(info['pid'])} ({info.get('command', '?')}, since {info.get('since', '?')})"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def lock_folder(folder: str | os.PathLike, command: str) -> None:
+    """Take the exclusive lock of ``folder`` for this process (``flock`` on :func:`lock_path`,
+    released by :func:`unlock_folder` or when the process dies, even by kill -9). Re-entrant within
+    one process. A lock held by a live process raises :class:`FolderInUseError` naming the holder; a
+    lock file left by a dead one is taken over, and a line on stderr says so."""
+    key = Path(folder).resolve()
+    if key in _HELD:
+        fd, depth = _HELD[key]
+        _HELD[key] = (fd, depth + 1)
+        return
+    path = lock_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        previous = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        os.close(fd)
+        raise FolderInUseError(f"{key} is in use by {_holder(previous)}; wait for it to finish or stop it "
+                               f"(lock file {path})") from None
+    previous = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+    if previous.strip():
+        print(f"note: {key}: took over the lock of {_holder(previous)}, which is no longer running", file=sys.stderr)
+    record = json.dumps({"pid": os.getpid(), "command": command,
+                         "since": time.strftime("%Y-%m-%dT%H:%M:%S")}).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record, 0)
+    _HELD[key] = (fd, 1)
+
+
+def unlock_folder(folder: str | os.PathLike) -> None:
+    """Release one :func:`lock_folder` of this process (the lock file is emptied at the last)."""
+    key = Path(folder).resolve()
+    if key not in _HELD:
+        return
+    fd, depth = _HELD.pop(key)
+    if depth > 1:
+        _HELD[key] = (fd, depth - 1)
+        return
+    os.ftruncate(fd, 0)
+    os.close(fd)
+
+
+@contextmanager
+def folder_lock(folder: str | os.PathLike, command: str) -> Iterator[None]:
+    """``with folder_lock(folder, "minimind-trl demo"):`` — :func:`lock_folder` for the block."""
+    lock_folder(folder, command)
+    try:
+        yield
+    finally:
+        unlock_folder(folder)

@@ -74,7 +74,7 @@ import torch
 
 from minimind_trl.eval.checkpoints import resolve_checkpoint
 from minimind_trl.eval.folder import EvalFolder
-from minimind_trl.fsio import DataFormatError, write_json_atomic
+from minimind_trl.fsio import DataFormatError, FolderInUseError, folder_lock, write_json_atomic
 from minimind_trl.subprocess_runner import run_cli
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 from minimind_trl.trainer.run_folder import RunFolder
@@ -517,6 +517,12 @@ def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
             print(f"{cond.label}: {cond.action}  {cond.recipe} -> {cond.run_dir}")
         return 0
     Path(plan.out).mkdir(parents=True, exist_ok=True)
+    with folder_lock(plan.out, "minimind-trl sweep"):
+        return _run_plan(plan, settings, args, argv, started, run)
+
+
+def _run_plan(plan, settings, args: argparse.Namespace, argv: list[str], started: str, run: Runner) -> int:
+    """Train, evaluate, summarize and plot the planned conditions (the sweep folder is locked)."""
     failed = False
     baseline_dir = Path(plan.out, "eval", plan.protocol, BASELINE)
     mine = [cond for cond in plan.conditions if cond.action not in ("other", "stale")]
@@ -548,7 +554,7 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return sweep(args, argv, runner or subprocess_runner(args.launcher))
-    except SweepError as exc:
+    except (SweepError, FolderInUseError) as exc:
         print(f"{PREFIX}: {exc}", file=sys.stderr)
         return 2
 

@@ -55,7 +55,7 @@ from minimind_trl.eval.metrics import (
     per_question_values,
     subset_metric_name,
 )
-from minimind_trl.fsio import DataFormatError, iter_jsonl_objects, read_json_file
+from minimind_trl.fsio import DataFormatError, iter_jsonl_objects, read_json_file, sha256_file
 
 INTERACTION_CELLS = ("zscore_seqmean", "zscore_fixedL", "center_seqmean", "center_fixedL")
 INTERACTION_WEIGHTS = (1.0, -1.0, -1.0, 1.0)  # (D - C) - (B - A) = A - B - C + D
@@ -111,6 +111,16 @@ def _record_problem(rec: dict) -> tuple[str, str] | None:
             return key, "must be a non-negative integer"
     if "n_gt" in rec and rec["n_gt"] != len(hits):
         return "n_gt", f"must equal the number of gt_hits ({len(hits)})"
+    if isinstance(rec.get("gt"), list) and len(rec["gt"]) != len(hits):
+        return "gt_hits", f"holds {len(hits)} hits for {len(rec['gt'])} GT values"
+    if rec["all_gt_covered"] != all(hits):
+        return "all_gt_covered", f"is {rec['all_gt_covered']} but gt_hits is {hits}"
+    if rec["success"] != rec["all_gt_covered"]:
+        return "success", f"is {rec['success']} but all_gt_covered is {rec['all_gt_covered']} (success = every GT hit)"
+    coverage = rec.get("gt_coverage")
+    if coverage is not None and (isinstance(coverage, bool) or not isinstance(coverage, (int, float))
+                                 or abs(coverage - sum(hits) / len(hits)) > 1e-9):
+        return "gt_coverage", f"must be the share of gt_hits that are true ({sum(hits)}/{len(hits)})"
     if "malformed_calls" in rec and not count(rec["malformed_calls"]):
         return "malformed_calls", "must be a non-negative integer"
     samples = rec.get("samples")
@@ -161,6 +171,22 @@ def _read_manifest(file: Path) -> dict:
     return manifest
 
 
+def _check_output_hashes(folder: EvalFolder, manifest: dict) -> None:
+    """Each file the manifest's ``outputs`` hashes (records.jsonl, metrics.json) still has that
+    SHA-256: records edited or replaced after evaluation are refused, not summarised."""
+    outputs = manifest.get("outputs")
+    if outputs is None:
+        return  # folders written before the manifest hashed its outputs
+    if not isinstance(outputs, dict):
+        raise DataFormatError(folder.manifest_path, None, "outputs", "must map file names to SHA-256")
+    for name, expected in outputs.items():
+        file = folder.path / str(name)
+        if file.is_file() and sha256_file(file) != expected:
+            raise DataFormatError(folder.manifest_path, None, f"outputs.{name}",
+                                  f"{file} does not have the SHA-256 the evaluation recorded ({str(expected)[:12]}…): "
+                                  "it was edited or replaced after evaluation; re-run the evaluation")
+
+
 def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
     """Read records.jsonl, eval_manifest.json and metrics.json (:class:`EvalFolder`) through the
     package's bounded readers; every record's summary fields are type-checked (errors name file,
@@ -173,8 +199,9 @@ def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
             raise EvalFolderError(f"{path} is not an eval folder: missing {file.name}")
     metrics_file = folder.metrics_path
     try:
-        records = _read_records(folder.records_path)
         manifest = _read_manifest(folder.manifest_path)
+        _check_output_hashes(folder, manifest)
+        records = _read_records(folder.records_path)
         metrics = read_json_file(metrics_file) if metrics_file.is_file() else {}
         if not isinstance(metrics, dict):
             raise DataFormatError(metrics_file, None, "<json>", "must be a JSON object")

@@ -1,14 +1,21 @@
 """Reading numbers out of free text, for the ground-truth verifier.
 
 `find_numbers(text)` returns `NumberMention`s, `extract_numbers(text)` just their values.
-The text is first normalised: superscript exponents become ``^`` (``10³`` → ``10^(3)``), then
-NFKC folds full-width digits and punctuation (``１０００`` → ``1000``, ``，`` → ``,``), and
-``−`` / ``–`` become ``-``. Then, left to right:
+The text is first normalised: superscript exponents become ``^`` (``10³`` → ``10^(3)``), a
+full-width comma ``，`` becomes ``, `` (a list separator, never a decimal sign), then NFKC folds
+full-width digits and punctuation (``１０００`` → ``1000``), every dash-like sign (``− – ‒ ‐ ‑ —
+― ﹣ －``) becomes ``-``, LaTeX is rewritten (below), and times (``2:42``, ``14:05:09``) and dates
+(``2025-03-07``, ``07/03/2025``, ``2025年3月7日``, ``3月7日``) are blanked: they are not quantities.
+Then, left to right:
 
 * integers and decimals: ``2932``, ``-3.5``, ``.25``; a sign counts only when it is not glued
   to a preceding digit or letter (``3-2`` reads 3 and 2);
-* thousands separators in groups of exactly three: ``1,000`` and ``1,000,000`` are single
-  numbers; ``1,2`` is the list 1 and 2, ``1,0000`` reads 1 and 0;
+* thousands separators, one kind per number, in groups of exactly three: ``1,000``,
+  ``1,000,000``, ``1 000 000`` (a space, thin space or no-break space), ``1'000`` /
+  ``1’000``, LaTeX ``1{,}000`` / ``1\\,000``, dots with two or more groups (``1.234.567``);
+  Indian grouping ``10,00,000``; a decimal comma: ``1.234,5`` = 1234.5, and a comma followed by
+  other than three digits, not inside a comma list, is a decimal sign (``42,5`` = 42.5,
+  ``1,0000`` = 1.0000; ``1,2,3`` is the list 1, 2, 3);
 * scientific notation: ``1e3``, ``2.5E-4``, ``1.5×10^3``, ``1.5 x 10^3``, ``1.5*10**3``,
   ``1.5×10³``; a power ``a^b`` with an integer |b| ≤ 100 reads as its value (``10³`` =
   ``10^3`` = 1000, ``2^10`` = 1024, ``1.5^2`` = 2.25; beyond that, or for ``0^-1``, the base
@@ -24,8 +31,10 @@ NFKC folds full-width digits and punctuation (``１０００`` → ``1000``, ``�
   ``\\sqrt`` with any other content reads as no number at all (its digits are never read one
   by one). ``\\%`` is ``%``, ``\\times`` / ``\\cdot`` are ``×``,
   ``^{n}`` is ``^(n)``;
-* percentages ``25%``: the mention's value is 25 and it is flagged ``percent``; the verifier
-  also lets it stand for 0.25 (see `minimind_trl.rewards.verifier`);
+* scale words: ``1.5 million`` = 1.5e6, ``3 thousand``, ``2 billion``, ``1 trillion`` (plural
+  too), and ``k`` / ``K`` glued to the number (``1.5k`` = 1500; ``5km`` is 5, a unit);
+* percentages ``25%``, ``25 percent``, ``25 per cent``, ``百分之25``: the mention's value is 25 and
+  it is flagged ``percent`` (it states the quantity 0.25; see `minimind_trl.rewards.verifier`);
 * Chinese multipliers directly after a number: ``2.5万`` = 25000, ``3亿`` = 3e8,
   ``1万亿`` = 1e12. ``千`` is *not* a multiplier (it starts units: 千米, 千克).
   Chinese numerals (五, 三十) are not read.
@@ -43,9 +52,20 @@ from decimal import Decimal, localcontext
 
 from minimind_trl.envs.safe_math import superscripts_to_power
 
-_CORE = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+"
+_CORE = r"""(?:
+    \d{1,3}(?:\.\d{3})+,\d+(?!\d)                  # 1.234,5: dot thousands, decimal comma
+  | \d{1,3}(?:,\d{3})+\.\d+                        # 1,234.5
+  | \d{1,2}(?:,\d{2})+,\d{3}(?![\d])(?!,\d)        # Indian grouping 10,00,000
+  | \d{1,3}(?:,\d{3})+(?!\d)(?!,\d)                # 1,000,000
+  | \d{1,3}(?:\.\d{3}){2,}(?![\d.])                # 1.234.567
+  | (?<!\d,)\d+,(?:\d{1,2}|\d{4,})(?![\d,])        # 42,5: a decimal comma (not inside 1,2,3)
+  | \d+(?:\.\d+)?
+  | \.\d+
+)"""
+_SCALES = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12, "k": 3}
 _NUMBER = re.compile(
     rf"""(?<![A-Za-z0-9_./^])(?<!\^\()
+    (?P<pctpre>百分之)?
     (?P<sign>[-+])?
     (?P<core>{_CORE})
     (?:
@@ -54,8 +74,9 @@ _NUMBER = re.compile(
       | \s*[×xX*]\s*10\s*(?:\^|\*\*)\s*\(?(?P<pow>[-+]?\d+)\)?
       | \^\(?(?P<caret>[-+]?\d{{1,3}})\)?(?![\d.])
     )?
+    (?:[ ]?(?P<scale>thousand|million|billion|trillion)s?(?![A-Za-z])|(?P<k>[kK])(?![A-Za-z0-9]))?
     (?P<cjk>万亿|亿|万)?
-    (?P<pct>\s*%)?""",
+    (?P<pct>\s*%|[ ]?(?:percent|per[ ]cent|pct)(?![A-Za-z]))?""",
     re.VERBOSE,
 )
 _CJK = {"万": 4, "亿": 8, "万亿": 12}
@@ -140,41 +161,76 @@ def _rewrite(pattern: re.Pattern, convert, text: str) -> str:
     return pattern.sub(replace, text)
 
 
+_DASHES = str.maketrans(dict.fromkeys("−–‒‐‑—―﹣➖", "-"))
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,;: !])(?=\d{3}(?!\d))")
+_GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:(?P<sep>[ '’])\d{3})(?:(?P=sep)\d{3})*(?![\d])(?!,\d)")
+_NOT_QUANTITY = re.compile(
+    r"(?<![\d.])(?:\d{1,2}:\d{2}(?::\d{2})?(?![\d])"                   # 2:42, 14:05:09
+    r"|\d{4}([-/.])\d{1,2}\1\d{1,2}(?![\d])|\d{1,2}([-/.])\d{1,2}\2\d{2,4}(?![\d])"  # dates
+    r"|\d{1,4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号])"
+)
+
+
+def _blank(match: re.Match) -> str:
+    return " " * len(match.group())
+
+
 def normalize_number_text(text: str) -> str:
-    """Superscripts → ``^``, NFKC, Unicode minus / en dash → ``-``, LaTeX boxes, fractions and
-    roots rewritten as plain numbers (see the module docstring)."""
-    text = unicodedata.normalize("NFKC", superscripts_to_power(text, power="^"))
-    text = text.replace("−", "-").replace("–", "-")
-    if "\\" not in text:
-        return text
-    for pattern, replacement in _LATEX_SIMPLE:
-        text = pattern.sub(replacement, text)
-    text = _rewrite(_LATEX_SQRT, _sqrt, _unbox(text))
-    return _rewrite(_LATEX_FRAC, _frac, text)
+    """Superscripts → ``^``, ``，`` → ``, ``, NFKC, dashes → ``-``, LaTeX boxes, fractions, roots
+    and thousands separators rewritten, grouped thousands joined by commas, times and dates
+    blanked (see the module docstring)."""
+    text = superscripts_to_power(text, power="^").replace("，", ", ")
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES)
+    if "\\" in text or "{," in text:
+        text = _LATEX_THOUSANDS.sub(",", text)
+        for pattern, replacement in _LATEX_SIMPLE:
+            text = pattern.sub(replacement, text)
+        text = _rewrite(_LATEX_FRAC, _frac, _rewrite(_LATEX_SQRT, _sqrt, _unbox(text)))
+    text = _GROUPED.sub(lambda m: m.group().replace(m.group("sep"), ","), text)
+    return _NOT_QUANTITY.sub(_blank, text)
 
 
 def _decimals(value: Decimal) -> int:
     return max(0, -value.as_tuple().exponent)
 
 
+def _core_decimal(core: str) -> Decimal:
+    """The value of a matched core: the last of ``.``/``,`` is the decimal sign when both occur;
+    commas in groups of three (or Indian groups) are thousands, another comma is a decimal sign;
+    two or more dots are thousands."""
+    if "," in core and "." in core:
+        thousands = "." if core.rfind(",") > core.rfind(".") else ","
+        core = core.replace(thousands, "").replace(",", ".")
+    elif "," in core:
+        core = core.replace(",", "") if re.fullmatch(r"\d{1,3}(?:,\d{3})+|\d{1,2}(?:,\d{2})+,\d{3}", core) \
+            else core.replace(",", ".")
+    elif core.count(".") > 1:
+        core = core.replace(".", "")
+    return Decimal(core)
+
+
 def _mention(match: re.Match) -> NumberMention | None:
     sign = -1 if match.group("sign") == "-" else 1
+    percent = bool(match.group("pct") or match.group("pctpre"))
     try:
-        core = Decimal(match.group("core").replace(",", ""))
+        core = _core_decimal(match.group("core"))
         if match.group("den") is not None:
             denominator = Decimal(match.group("den"))
             if denominator == 0:
                 return None
-            return NumberMention(match.group(), sign * core / denominator, None,
-                                 bool(match.group("pct")), exact=False, span=match.span())
+            return NumberMention(match.group(), sign * core / denominator, None, percent, exact=False,
+                                 span=match.span())
         if match.group("exp"):
-            core = Decimal(match.group("core").replace(",", "") + match.group("exp"))
+            core = core.scaleb(int(match.group("exp")[1:]))
         elif match.group("pow") is not None:
             core = core.scaleb(int(match.group("pow")))
         elif match.group("caret") is not None:
             power = int(match.group("caret"))
             if abs(power) <= MAX_POWER and not (core == 0 and power < 0):
                 core = core**power  # otherwise the base alone is read
+        scale = match.group("scale") or match.group("k")
+        if scale:
+            core = core.scaleb(_SCALES[scale.lower()])
         if match.group("cjk"):
             core = core.scaleb(_CJK[match.group("cjk")])
         value = sign * core
@@ -182,7 +238,7 @@ def _mention(match: re.Match) -> NumberMention | None:
         return None
     if not value.is_finite():
         return None
-    return NumberMention(match.group(), value, _decimals(value), bool(match.group("pct")), span=match.span())
+    return NumberMention(match.group(), value, _decimals(value), percent, span=match.span())
 
 
 def find_numbers(text: str, limit: int = 10_000, normalized: bool = False) -> list[NumberMention]:

@@ -19,6 +19,7 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
+from minimind_trl.fsio import FolderInUseError, lock_folder, unlock_folder
 from minimind_trl.trainer import build, run
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.kinds import get_kind, kind_names
@@ -49,7 +50,7 @@ def _on_main(state, func: Callable[[], Any]) -> Any:
     if state.is_main_process:
         try:
             payload[0] = ("ok", func())
-        except (RecipeError, RunFolderError, FileNotFoundError) as exc:
+        except (RecipeError, RunFolderError, FileNotFoundError, FolderInUseError) as exc:
             payload[0] = ("error", f"{type(exc).__name__}: {exc}")
     if state.num_processes > 1:
         broadcast_object_list(payload)
@@ -67,6 +68,16 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
     its folder empty. Resuming a completed run does nothing and says so."""
     config = build.training_config(recipe, run_dir)  # sets up the process group first
     state = PartialState()
+    _on_main(state, lambda: lock_folder(run_dir, "minimind-trl train"))
+    try:
+        return _train_locked(recipe, config, run_dir, resume, command, state)
+    finally:
+        if state.is_main_process:
+            unlock_folder(run_dir)
+
+
+def _train_locked(recipe: dict, config, run_dir: str, resume: bool, command: list[str], state) -> dict:
+    """:func:`train` with the run folder locked by the main process."""
     if resume:
         done = _on_main(state, lambda: run.completed_run(run_dir, recipe_sha256(recipe)))
         if done is not None:

@@ -1,5 +1,6 @@
 """`summarize`: paired CIs vs an independent reference, interaction, seeds, provenance, bad input."""
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -394,3 +395,49 @@ def test_resolution_of_identical_runs_is_not_reported_as_zero(tmp_path):
     assert summary["fixed_broken"]["conditions"]["gspo"]["per_seed"]["0"]["net"] == 0
     md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
     assert "gspo n/a (constant difference) (questions)." in md
+
+
+def _with_output_hashes(folder: Path) -> Path:
+    """Record records.jsonl's and metrics.json's SHA-256 in the manifest, as `minimind-trl eval` does."""
+    manifest = json.loads((folder / "eval_manifest.json").read_text())
+    manifest["outputs"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                           for name in ("records.jsonl", "metrics.json")}
+    (folder / "eval_manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_records_edited_after_evaluation_are_refused(tmp_path, capsys):
+    sft, grpo, _ = _vectors()
+    base = _with_output_hashes(write_eval_folder(tmp_path / "sft", sft))
+    run = _with_output_hashes(write_eval_folder(tmp_path / "grpo", grpo))
+    assert summarize_main([str(base), str(run), "--output-dir", str(tmp_path / "ok")]) == 0
+    lines = (run / "records.jsonl").read_text().splitlines()
+    edited = json.loads(lines[0])
+    flip = not edited["success"]
+    edited.update(success=flip, all_gt_covered=flip, gt_hits=[flip] * len(edited["gt_hits"]))
+    (run / "records.jsonl").write_text("\n".join([json.dumps(edited), *lines[1:]]) + "\n")
+    capsys.readouterr()
+    assert summarize_main([str(base), str(run), "--output-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "eval_manifest.json" in err and "outputs.records.jsonl" in err and "edited" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"success": True, "all_gt_covered": True, "gt_hits": [False]}, "all_gt_covered"),
+    ({"success": True, "all_gt_covered": False, "gt_hits": [False]}, "success"),
+    ({"gt": ["7"], "n_gt": 2, "gt_hits": [True], "success": True, "all_gt_covered": True}, "n_gt"),
+    ({"gt": ["7"], "gt_hits": [True, True], "success": True, "all_gt_covered": True}, "gt_hits"),
+    ({"gt_hits": [True], "success": True, "all_gt_covered": True, "gt_coverage": 0.0}, "gt_coverage"),
+])
+def test_records_that_contradict_themselves_are_refused_naming_file_line_and_field(tmp_path, change, field):
+    folder = write_eval_folder(tmp_path / "sft", [1, 0, 1])
+    lines = (folder / "records.jsonl").read_text().splitlines()
+    row = json.loads(lines[1])
+    row.update(change)
+    if "n_gt" not in change:
+        row.pop("n_gt", None)
+    lines[1] = json.dumps(row)
+    (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(EvalFolderError, match=rf"records\.jsonl:2: field '{field}'"):
+        summarize([str(folder)], n_resamples=B)

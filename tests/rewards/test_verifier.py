@@ -1,7 +1,10 @@
 """GT verifier: number reading, matching rules, final-answer extraction (hand-worked cases)."""
 
+import numpy as np
 import pytest
 
+from minimind_trl.data.generator import generate_tasks
+from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.rewards import extract_numbers, final_answer_text, verify
 from minimind_trl.rewards.numbers import parse_number
 
@@ -11,9 +14,9 @@ from minimind_trl.rewards.numbers import parse_number
     ("1e3", [1000]), ("2.5E-4", [0.00025]), ("１０００", [1000]), ("1.5×10^3", [1500]),
     ("1.5 x 10^3", [1500]), ("1.5×10³", [1500]), ("10³", [1000]), ("2^10", [1024]),
     ("25%", [25]), ("3/4", [0.75]), ("2.5万", [25000]), ("3亿", [300_000_000]),
-    ("1万亿", [10**12]), ("5千米", [5]), ("1,2", [1, 2]), ("1,0000", [1, 0]), ("3-2", [3, 2]),
+    ("1万亿", [10**12]), ("5千米", [5]), ("1,2", [1.2]), ("1,2,3", [1, 2, 3]), ("1,0000", [1]), ("3-2", [3, 2]),
     ("x = -5", [-5]), ("温度−5度", [-5]), ("(+3)", [3]), (".5", [0.5]), ("v2 x3", []),
-    ("2025/03/07", [2025]), ("5km and 20.5kg", [5, 20.5]), ("答案是12.", [12]),
+    ("2025/03/07", []), ("5km and 20.5kg", [5, 20.5]), ("答案是12.", [12]),
     ("共计20,758,280元。", [20758280]), ("5 m²", [5]), ("1/0", []), ("1.5/2", [0.75]),
 ])
 def test_extract_numbers(text, numbers):
@@ -26,7 +29,7 @@ def hit(answer, gt_value) -> bool:
 
 @pytest.mark.parametrize("answer, gt_value", [
     ("The answer is 2932", 9), ("9", 2932), ("29320", 2932), ("-5", 5), ("3/4", 3),
-    ("3/4", 4), ("2.5%", 0.25), ("3.1", 3.14159), ("3", 3.14159), ("20.54", "20.5"),
+    ("3/4", 4), ("2.5%", 0.25), ("25%", 25), ("0.25%", 0.25), ("3.1", 3.14159), ("3", 3.14159), ("20.54", "20.5"),
     ("0.00", 0.004), ("20758281", "20758280"), ("1千", 1000), ("", 0), ("no number", 1),
 ])
 def test_misses(answer, gt_value):
@@ -37,7 +40,7 @@ def test_misses(answer, gt_value):
     ("1,000", 1000), ("1000.0", 1000), ("1e3", 1000), ("１０００", 1000), ("1.0×10^3", 1000),
     ("答案是1000。", "1000"), ("1000", 1000.0), ("1000", "1,000"),
     ("20758280", "20758280"), ("共 20,758,280 人", 20758280), ("20.50", "20.5"),
-    ("25%", 0.25), ("25%", 25), ("25%", "25%"), ("0.25", "25%"), ("25", "25%"),
+    ("25%", 0.25), ("25%", "25%"), ("0.25", "25%"), ("25", "25%"),
     ("33.33%", 1 / 3), ("3/4", 0.75), ("2/3", "0.6667"), ("2/3", 2 / 3),
     ("3.14", 3.14159), ("0.67", "0.6667"), ("0.666667", "0.6667"), ("0.3", 0.1 + 0.2),
     ("−5", -5), ("2.5万", 25000), ("0", 0), ("the translation is Hello World.", "hello world"),
@@ -64,8 +67,8 @@ def test_number_spam_matches_nothing():
     result = verify(spam, [7])
     assert result.too_many_numbers and result.gt_hits == [False] and not result.success
     assert not verify(spam, [7], max_numbers=100).success  # under the bound, still a hedging list
-    prose = " ".join(f"Box {i} holds {i} apples." for i in range(1, 20))  # 38 numbers, no list
-    assert not verify(prose, [7]).success and verify(prose, [7], max_numbers=100).success
+    prose = " ".join(f"Box {i} holds {i} apples." for i in range(1, 20))  # 38 numbers, 18 extras
+    assert not verify(prose, [7]).success and not verify(prose, [7], max_numbers=100).success
 
 
 def test_empty_gt_is_never_success():
@@ -209,3 +212,121 @@ def test_latex_answers(answer, gt, expected):
 ])
 def test_one_think_stripping_rule(text, answer):
     assert final_answer_text(text) == answer
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 28.1: one answer per GT slot whatever separates the candidates; chains, negation,
+# bounds, operands, dashes, percent, locale forms, times and dates, JSON echoes, symmetry
+# --------------------------------------------------------------------------------------------
+
+GUESSES = list(range(30, 54))  # 24 candidates around GT 42
+
+
+@pytest.mark.parametrize("separator", [
+    ". ", "\n", "\n- ", "\n* ", "\n• ", " | ", "; ", ", ", " / ", " then ", "\n\n", ", also ", "。", "、",
+])
+def test_many_candidates_get_no_credit_whatever_separates_them(separator):
+    assert not hit("Answer: " + separator.join(map(str, GUESSES)), 42)
+    assert not hit("Answer: " + separator.join(map(str, (41, 42, 43))), 42)
+
+
+@pytest.mark.parametrize("answer", [
+    "1. 40\n2. 41\n3. 42", "Step 1: 40\nStep 2: 41\nStep 3: 42", r"\boxed{40} \boxed{41} \boxed{42}",
+    "- 40\n- 41\n- 42", "(1) 40 (2) 41 (3) 42", "The answer is 42. Or 41. Or 40.", "第1题:40;第2题:41;第3题:42",
+])
+def test_labelled_lists_are_hedges(answer):
+    assert not hit(answer, 42)
+
+
+def test_hedge_property_random_lists_and_separators():
+    """Seeded generator: a GT hidden among >= 2 other distinct values, any separator, gets no
+    credit; the same answer with only the GT value keeps it (so the check can fail)."""
+    rng = np.random.default_rng(0)
+    separators = [" ", ", ", ". ", "; ", "\n", "\n- ", "\n* ", " | ", " and ", " or ", "、", "。", " / ",
+                  "\n\n", " -> ", ", then ", "\t", " & ", " vs ", "? "]
+    openers = ["Answer: ", "The answer is ", "答案:", "", "Results:\n"]
+    for _ in range(400):
+        gt = int(rng.integers(-500, 5000))
+        others = [v for v in rng.choice(np.arange(-600, 6000), size=30, replace=False).tolist() if v != gt]
+        values = [gt, *others[: int(rng.integers(2, 12))]]
+        rng.shuffle(values)
+        answer = str(rng.choice(openers)) + str(rng.choice(separators)).join(map(str, values))
+        assert not hit(answer, gt), answer
+        assert hit(str(rng.choice(openers)) + str(gt) + ".", gt)
+
+
+@pytest.mark.parametrize("answer, gt, expected", [
+    ("30+1=31, 32+1=33", 30, False), ("30+1=31, 32+1=33", 32, False), ("30+1=31, 32+1=33", 31, True),
+    ("30+1=31, 32+1=33", 33, True), ("43 + 35 = 78.", 43, False), ("42 = 40 + 2", 42, True),
+    ("42 = 40 + 2", 40, False), ("5 km = 5000 m", 5000, True), ("5 km = 5000 m", 5, False),
+    ("74 - 95 = -21", -21, True), ("74 - 95 = -21", 95, False), ("43 + 35 is 78", 78, True),
+    ("40 + 2", 42, False), ("40 - 41 - 42", 42, False),
+])
+def test_equation_chains_credit_only_the_result(answer, gt, expected):
+    assert hit(answer, gt) is expected
+
+
+@pytest.mark.parametrize("answer", [
+    "42 is wrong; the answer is 41.", "42 is incorrect, it is 41.", "42 is not the answer: 41.", "42 不对,是41。",
+])
+def test_negation_after_the_number(answer):
+    assert not hit(answer, 42)
+    assert hit(answer, 41)
+
+
+@pytest.mark.parametrize("answer", [
+    "between 42 and 45", "at least 42", "more than 42", "42 or more", "42 to 45", "from 42 to 45", "42-45",
+    "42~45", "至少42", "超过42", "42以上", "less than 42", "up to 42", "> 42", "≥ 42",
+])
+def test_bounds_and_ranges_get_no_credit(answer):
+    assert not hit(answer, 42)
+
+
+@pytest.mark.parametrize("answer, gt, expected", [
+    ("√1764", 1764, False), ("sqrt(1764)", 1764, False), ("sqrt(1764) = 42", 42, True),
+    ("sqrt(1764) = 42", 1764, False), ("5!", 5, False), ("5! = 120", 120, True), ("5! = 120", 5, False),
+    ("10 squared", 10, False), ("log(100) = 2", 100, False), ("log(100) = 2", 2, True),
+])
+def test_an_operand_is_not_its_functions_value(answer, gt, expected):
+    assert hit(answer, gt) is expected
+
+
+@pytest.mark.parametrize("dash", list("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"))
+def test_dash_like_signs_are_minus(dash):
+    assert not hit(f"x = {dash}42", 42)
+    assert hit(f"x = {dash}42", -42)
+
+
+@pytest.mark.parametrize("answer, gt, expected", [
+    ("0.25%", 0.25, False), ("25%", 25, False), ("25%", 0.25, True), ("25 percent", 0.25, True),
+    ("25 per cent", "25%", True), ("百分之25", 0.25, True), ("25", "25%", True), ("0.25", "25%", True),
+    ("42,5", 42, False), ("42,5", 42.5, True), ("1.234,5", 1234.5, True), ("1,5 kg", 1, False),
+    ("2:42", 42, False), ("at 14:05:42", 42, False), ("2025-03-07", 7, False), ("07/03/2025", 7, False),
+    ("2025年3月7日", 7, False),
+    ('{"name": "calculate_math", "arguments": {"expression": "40+2", "value": 42}}', 42, False),
+    ('I called {"result": "42"}', 42, False),
+])
+def test_percent_locale_times_dates_and_json(answer, gt, expected):
+    assert hit(answer, gt) is expected
+
+
+@pytest.mark.parametrize("answer, gt", [
+    ("1 000 000", 1_000_000), ("1\u2009000\u2009000", 1_000_000), ("1\u202f000", 1000), ("1\u00a0000", 1000),
+    ("1'000", 1000), ("1\u2019000", 1000), (r"$1{,}000$", 1000), (r"$1\,000$", 1000), ("10,00,000", 1_000_000),
+    ("1.234.567", 1_234_567), ("1.5 million", 1_500_000), ("2 billion", 2_000_000_000), ("3 thousand", 3000),
+    ("1.5k", 1500), ("25 percent", "25%"), ("1/3", 0.33), ("0.33", 1 / 3), ("1/3", "0.33"),
+    ("The answer is 42. <think>let me check</think>", 42), ("<think>a</think>The answer is 42.<think>b</think>", 42),
+    ("答案是12，5。", 12),
+])
+def test_correct_answers_written_as_users_write_them(answer, gt):
+    assert verify(final_answer_text(answer), [gt]).success
+
+
+def test_gold_answers_of_every_generated_stratum_verify(registry):
+    """Every final answer the SFT data teaches (all operation types, 1-3 GT values, both
+    languages) gets full credit: the rules never refuse the project's own answer format."""
+    tasks = generate_tasks(240, seed=7, registry=registry)
+    for task in tasks:
+        answer = gold_trajectory(task, registry)["conversations"][-1]["content"]
+        result = verify(final_answer_text(answer), task["gt"])
+        assert result.success, (answer, task["gt"], result.gt_hits)
