@@ -423,6 +423,8 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     """Run every stage into ``out``; returns the path of ``summary.md``. ``num_seeds`` RL seeds per
     condition (default: the size's); ``ablation`` adds the 2x2 cells; ``budget_min`` fits the RL
     stage into that many minutes (module docstring)."""
+    if out.exists() and not out.is_dir():
+        raise DemoError(f"--output-dir {out} is a file, not a folder: name a new or existing demo folder")
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "minimind-trl demo"):
         return _run_stages(out, size, seed, resume, num_seeds, ablation, budget_min)

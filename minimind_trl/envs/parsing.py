@@ -12,10 +12,12 @@ The chat format writes a call as::
 (iteration, ``len``, indexing).
 
 A block is malformed when its body is not a JSON object, has no non-empty string ``"name"``,
-or has ``"arguments"`` that is neither an object nor a JSON string encoding one (a missing
-``"arguments"`` means ``{}``); an opening tag without a closing tag (before the next opening
-tag or the end of the text) and a closing tag without an opening tag also count as one
-malformed block each. Other keys in the object are ignored.
+has ``"arguments"`` that is neither an object nor a JSON string encoding one (a missing
+``"arguments"`` means ``{}``), or repeats a key at any depth (JSON readers disagree on which
+copy wins, so ``{"name": "a", "name": "b"}`` is refused rather than read as ``b``); an opening
+tag without a closing tag (before the next opening tag or the end of the text) and a closing tag
+without an opening tag also count as one malformed block each. Other keys in the object are
+ignored.
 
 This is the block grammar only. How many malformed *calls* a model turn has (every block of a
 reply read as plain text) is the protocol's rule: `minimind_trl.envs.protocol.turn_malformed_calls`.
@@ -51,14 +53,28 @@ class ToolCallParse:
         return self.calls[index]
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise ValueError(f"duplicate key {repeated[:64]!r}")
+    return dict(pairs)
+
+
+def loads_call_json(text: str):
+    """``json.loads`` that refuses an object repeating a key (module docstring)."""
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+
+
 def parse_call_body(body: str) -> tuple[dict | None, str | None]:
     """(call, None) for a well-formed block body, else (None, reason)."""
     if len(body) > MAX_BLOCK_CHARS:
         return None, "tool call block too long"
     try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return None, "tool call is not valid JSON"
+        obj = loads_call_json(body)
+    except (ValueError, RecursionError) as exc:
+        duplicate = str(exc).startswith("duplicate key")
+        return None, f"tool call repeats a key ({exc})" if duplicate else "tool call is not valid JSON"
     if not isinstance(obj, dict):
         return None, "tool call is not a JSON object"
     name = obj.get("name")
@@ -67,9 +83,9 @@ def parse_call_body(body: str) -> tuple[dict | None, str | None]:
     arguments = obj.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
+            arguments = loads_call_json(arguments) if arguments.strip() else {}
         except (ValueError, RecursionError):
-            return None, "tool call arguments are not valid JSON"
+            return None, "tool call arguments are not valid JSON (or repeat a key)"
     if not isinstance(arguments, dict):
         return None, "tool call arguments are not a JSON object"
     return {"name": name.strip(), "arguments": arguments}, None

@@ -41,6 +41,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from minimind_trl.envs.parsing import loads_call_json
+
 MAX_ARGUMENTS_CHARS = 65_536
 """Longest accepted JSON text for the arguments of one call."""
 MAX_STRING_ARGUMENT_CHARS = 4_096
@@ -277,7 +279,7 @@ class ToolRegistry:
             if len(arguments) > MAX_ARGUMENTS_CHARS:
                 return None, f"arguments longer than {MAX_ARGUMENTS_CHARS} characters"
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = loads_call_json(arguments) if arguments.strip() else {}
             except (ValueError, RecursionError) as exc:
                 return None, f"arguments are not valid JSON: {str(exc)[:120]}"
         if not isinstance(arguments, dict):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError
 from minimind_trl.fsio import sha256_file
 from minimind_trl.modeling import get_preset, load_native_checkpoint  # importing modeling registers the Auto classes
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
+from minimind_trl.tokenization.loading import resolve_tokenizer_folder
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
@@ -86,17 +88,20 @@ def load_model(info: CheckpointInfo, device: str = "cpu"):
     return model.to(device=device, dtype=torch.float32).eval()
 
 
-def load_eval_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike | None = None):
-    """(tokenizer, source folder or None for the packaged one, tokenizer.json SHA256)."""
-    if tokenizer_path is not None:
-        folder = Path(tokenizer_path)
-    elif info.kind == "hub" and (info.path / "tokenizer.json").is_file():
-        folder = info.path
-    else:
-        folder = None
+def load_eval_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike | None = None,
+                        allow_mismatch: bool = False):
+    """(tokenizer, source folder or None for the packaged one, tokenizer.json SHA256), chosen by
+    :func:`~minimind_trl.tokenization.loading.resolve_tokenizer_folder`: a Hub folder's own tokenizer
+    is the default, and an explicit one that differs from it is refused unless ``allow_mismatch``.
+    A native ``.pth`` carries no tokenizer: without ``tokenizer_path`` the packaged one is used, and
+    a line on stderr says so (upstream weights need upstream's tokenizer)."""
     try:
+        folder = resolve_tokenizer_folder(info.path if info.kind == "hub" else None, tokenizer_path, allow_mismatch)
         tokenizer = load_tokenizer(folder)
     except (FileNotFoundError, ValueError) as exc:
         raise EvalError(str(exc)) from None
+    if info.kind == "native" and folder is None:
+        print(f"note: {info.path} carries no tokenizer: using the packaged one; for upstream MiniMind weights "
+              "pass --tokenizer with upstream's tokenizer folder", file=sys.stderr)
     source = folder if folder is not None else DEFAULT_TOKENIZER_DIR
     return tokenizer, (str(folder) if folder is not None else None), sha256_file(Path(source) / "tokenizer.json")

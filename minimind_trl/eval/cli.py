@@ -55,7 +55,10 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--checkpoint", required=True, help="Hub-format folder, or a native .pth (needs --preset)")
     parser.add_argument("--preset", default=None, help="config preset for a native .pth (e.g. minimind-3, tiny)")
     parser.add_argument("--tokenizer", default=None,
-                        help="tokenizer folder (default: the checkpoint folder, else the packaged one)")
+                        help="tokenizer folder (default: the checkpoint folder's own, else the packaged one); one "
+                             "that differs from the checkpoint folder's is refused")
+    parser.add_argument("--allow-tokenizer-mismatch", action="store_true",
+                        help="use --tokenizer even when it differs from the checkpoint folder's own")
     parser.add_argument("--split-dir", required=True, help="split folder with train/val/test.jsonl and manifest.json")
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--output-dir", required=True, help="must not exist or be empty")
@@ -88,6 +91,7 @@ def eval_main(argv: list[str]) -> int:
         out = run_evaluation(
             checkpoint=args.checkpoint, split_dir=args.split_dir, output_dir=args.output_dir, split=args.split,
             preset=args.preset, tokenizer_path=args.tokenizer, settings=settings, device=args.device,
+            allow_tokenizer_mismatch=args.allow_tokenizer_mismatch,
         )
         print(f"wrote {out}")
         return 0

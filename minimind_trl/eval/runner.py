@@ -24,6 +24,7 @@ No time stamps are recorded: evaluating the same checkpoint twice gives identica
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -82,8 +83,8 @@ class EvalSettings:
             if min(self.pass_k) < 1 or max(self.pass_k) > self.num_samples:
                 raise EvalError(f"pass@k needs 1 <= k <= --num-samples ({self.num_samples}); "
                                 f"got k = {list(self.pass_k)}")
-            if self.temperature <= 0:
-                raise EvalError(f"sampling needs --temperature > 0, got {self.temperature}")
+            if not math.isfinite(self.temperature) or self.temperature <= 0:
+                raise EvalError(f"sampling needs a finite --temperature > 0, got {self.temperature}")
 
 
 def _user_question(task: dict) -> str:
@@ -219,7 +220,8 @@ def with_run_tools(settings: EvalSettings, checkpoint: str | os.PathLike) -> Eva
 
 def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, output_dir: str | os.PathLike,
                    split: str = "test", preset: str | None = None, tokenizer_path: str | os.PathLike | None = None,
-                   settings: EvalSettings = EvalSettings(), device: str = "cpu", progress: bool = True) -> Path:
+                   settings: EvalSettings = EvalSettings(), device: str = "cpu", progress: bool = True,
+                   allow_tokenizer_mismatch: bool = False) -> Path:
     """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it."""
     out = Path(output_dir)
     _check_output_dir(out)
@@ -229,7 +231,7 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
     tasks, split_info = load_split_tasks(split_dir, split)
     if settings.limit is not None:
         tasks = tasks[: settings.limit]
-    tokenizer, tokenizer_source, tokenizer_sha = load_eval_tokenizer(info, tokenizer_path)
+    tokenizer, tokenizer_source, tokenizer_sha = load_eval_tokenizer(info, tokenizer_path, allow_tokenizer_mismatch)
     model = load_model(info, device)
 
     records = evaluate_tasks(model, tokenizer, tasks, settings, progress=progress)

@@ -54,6 +54,8 @@ DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.8
+MAX_RESAMPLES = 1_000_000
+"""More resamples than this change no reported digit and would run for hours: refused."""
 # Rows of the (B, n) index matrix drawn at once; bounds memory at about 8 * block * n bytes.
 _BLOCK_BYTES = 64 * 2**20
 
@@ -76,8 +78,8 @@ class BootstrapResult:
 
 
 def _check_settings(n_resamples: int, confidence: float) -> None:
-    if int(n_resamples) != n_resamples or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+    if int(n_resamples) != n_resamples or not 1 <= n_resamples <= MAX_RESAMPLES:
+        raise ValueError(f"n_resamples must be an integer in [1, {MAX_RESAMPLES:,}], got {n_resamples!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
 

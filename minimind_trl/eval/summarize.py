@@ -93,10 +93,14 @@ def parse_condition_spec(spec: str) -> tuple[str, str, Path]:
     return condition, seed or "0", Path(path)
 
 
+MAX_COUNT = 10**12
+"""The largest count (tool calls, lengths, samples) a record may hold."""
+
+
 def _record_problem(rec: dict) -> tuple[str, str] | None:
     """(field, what it must be) for the first record value summaries cannot use, else None."""
-    def count(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    def count(v):  # bounded: a 4000-digit integer is not a count (and overflows float)
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
 
     if not isinstance(rec["id"], (str, int)) or isinstance(rec["id"], bool):
         return "id", "must be a string or an integer"
@@ -108,7 +112,7 @@ def _record_problem(rec: dict) -> tuple[str, str] | None:
         return "gt_hits", "must be a non-empty list of true/false"
     for key in ("n_tool_calls", "answer_length"):
         if not count(rec[key]):
-            return key, "must be a non-negative integer"
+            return key, f"must be an integer in [0, {MAX_COUNT}]"
     if "n_gt" in rec and rec["n_gt"] != len(hits):
         return "n_gt", f"must equal the number of gt_hits ({len(hits)})"
     if isinstance(rec.get("gt"), list) and len(rec["gt"]) != len(hits):

@@ -33,7 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--outtype", choices=("f32", "f16", "bf16"), default=None,
                    help="weight type: gguf matrices (default f16; norms stay f32), Hub folders (default f32)")
     p.add_argument("--preset", default=None, help="config preset of a native .pth checkpoint")
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the checkpoint's, else packaged)")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer folder (default: the checkpoint's own, else packaged); one that differs from the "
+                        "checkpoint's own is refused")
+    p.add_argument("--allow-tokenizer-mismatch", action="store_true",
+                   help="use --tokenizer even when it differs from the checkpoint folder's own")
     p.add_argument("--gguf-pre", default=None,
                    help="llama.cpp pre-tokenizer name to declare (default: derived from the tokenizer)")
     p.add_argument("--name", default="MiniMind", help="gguf general.name")
@@ -50,7 +54,7 @@ def main(argv: list[str]) -> int:
     try:
         info = resolve_checkpoint(source, args.preset)
         model = load_model(info)
-        tokenizer, _, _ = load_eval_tokenizer(info, args.tokenizer)
+        tokenizer, _, _ = load_eval_tokenizer(info, args.tokenizer, args.allow_tokenizer_mismatch)
         if args.format == "gguf":
             path = save_gguf(model, tokenizer, args.out, args.outtype or "f16", pre=args.gguf_pre, name=args.name)
         else:

@@ -20,12 +20,13 @@ from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.fsio import DataError, DataFormatError, iter_jsonl_objects, sha256_file
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, load_native_checkpoint
 from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.tokenization.loading import TokenizerMismatchError, resolve_tokenizer_folder
 from minimind_trl.trainer.kinds import get_kind
 from minimind_trl.trainer.recipe_schema import MODEL_DTYPES, RecipeError, one_line
 
 __all__ = [
     "build_model", "build_tokenizer", "build_trainer", "check_plugins", "load_eval_split", "load_split",
-    "training_config", "world_size",
+    "tokenizer_folder", "training_config", "world_size",
 ]
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # what from_pretrained may look up on the Hub
@@ -36,9 +37,21 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def build_tokenizer(spec: dict):
-    """The ``tokenizer`` section's tokenizer (``path: null``: the one shipped in the package)."""
-    return load_tokenizer(spec["path"])
+def tokenizer_folder(recipe: dict) -> Path | None:
+    """The tokenizer folder a recipe trains with (None: the packaged one): ``tokenizer.path``, else
+    the ``model.path`` folder's own tokenizer; a ``tokenizer.path`` that differs from the model
+    folder's own is a RecipeError unless ``tokenizer.allow_mismatch``
+    (:func:`~minimind_trl.tokenization.loading.resolve_tokenizer_folder`)."""
+    spec = recipe["tokenizer"]
+    try:
+        return resolve_tokenizer_folder(recipe["model"]["path"], spec["path"], spec["allow_mismatch"])
+    except TokenizerMismatchError as exc:
+        raise RecipeError(f"recipe: tokenizer.path: {exc}") from None
+
+
+def build_tokenizer(recipe: dict):
+    """The tokenizer of :func:`tokenizer_folder`."""
+    return load_tokenizer(tokenizer_folder(recipe))
 
 
 def build_model(spec: dict):

@@ -19,7 +19,8 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
-from minimind_trl.fsio import FolderInUseError, lock_folder, unlock_folder
+from minimind_trl.fsio import FolderInUseError, lock_folder, sha256_file, unlock_folder
+from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR
 from minimind_trl.trainer import build, run
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.kinds import get_kind, kind_names
@@ -79,12 +80,12 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
 def _train_locked(recipe: dict, config, run_dir: str, resume: bool, command: list[str], state) -> dict:
     """:func:`train` with the run folder locked by the main process."""
     if resume:
-        done = _on_main(state, lambda: run.completed_run(run_dir, recipe_sha256(recipe)))
+        done = _on_main(state, lambda: run.completed_run(run_dir, recipe))
         if done is not None:
             if state.is_main_process:
                 print(f"minimind-trl train: {run_dir} is already completed (step {done.get('step')}); nothing to do")
             return {"state": "completed", "step": done.get("step"), "already_completed": True}
-    resume_from = _on_main(state, lambda: run.prepare_run_dir(run_dir, resume))
+    resume_from = _on_main(state, lambda: run.prepare_run_dir(run_dir, resume, recipe))
     try:
         trainer, manifest = _start(recipe, config, run_dir, state, command)
         _on_main(state, lambda: run.write_manifest(run_dir, manifest, resume_from))
@@ -99,7 +100,8 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
     """Tokenizer, data, plugins, model, initial weights, trainer; the manifest to write."""
     set_seed(recipe["seed"])
     with recipe_key("tokenizer.path"):
-        tokenizer = build.build_tokenizer(recipe["tokenizer"])
+        tokenizer = build.build_tokenizer(recipe)
+        tokenizer_dir = build.tokenizer_folder(recipe)
     with recipe_key("data"):
         rows, data_info = build.load_split(recipe["data"])
         eval_rows, eval_info = build.load_eval_split(recipe["data"])
@@ -126,6 +128,8 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
         "git": run.git_state(),
         "data": data_info,
         "initial_model": {"path": str(initial), "num_parameters": sum(p.numel() for p in model.parameters())},
+        "tokenizer": {"path": None if tokenizer_dir is None else str(tokenizer_dir),
+                      "sha256": sha256_file((tokenizer_dir or DEFAULT_TOKENIZER_DIR) / "tokenizer.json")},
         "seed": recipe["seed"],
         "world_size": state.num_processes,
     }

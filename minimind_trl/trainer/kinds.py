@@ -193,6 +193,8 @@ def objective_section() -> dict[str, Any]:
     return section
 
 
+MAX_COMPLETION_TOKENS = 32_768
+"""Upper bound of ``rollout.max_completion_length``: MiniMind's context (max_position_embeddings)."""
 GRPO_SECTIONS = {
     "objective": objective_section(),
     "rollout": {
@@ -204,7 +206,8 @@ GRPO_SECTIONS = {
 GRPO_VALUES = {
     "rollout.group_size": int_at_least(2), "rollout.prompts_per_rollout": int_at_least(1, null=True),
     "rollout.max_tool_turns": int_at_least(0), "rollout.thinking_ratio": number(0, 1),
-    "rollout.max_completion_length": int_at_least(1), "rollout.temperature": number(0, above=True),
+    "rollout.max_completion_length": int_at_least(1, high=MAX_COMPLETION_TOKENS),
+    "rollout.temperature": number(0, above=True),
     "rollout.top_p": number(0, 1, above=True), "rollout.top_k": int_at_least(0),
     "rollout.tools": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), "a list of specs"),
     "rollout.tool_names": NAMES, "rollout.mask_truncated_completions": BOOLEAN,

@@ -60,7 +60,7 @@ TOP_LEVEL = {"kind": "grpo", "seed": 42, "description": "", "training": {}}
 # the sections every kind has: key -> default (REQUIRED: must be given)
 COMMON_SECTIONS: dict[str, dict[str, Any]] = {
     "model": {"preset": None, "path": None, "native": None, "config": {}, "dtype": "float32"},
-    "tokenizer": {"path": None},
+    "tokenizer": {"path": None, "allow_mismatch": False},
     "data": {"path": REQUIRED, "split": "train", "max_rows": None, "verify": True, "eval_split": None},
 }
 # optional, for the kinds that take it: absent or null = full fine-tuning
@@ -69,6 +69,7 @@ PEFT_SECTION = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": REQUIRED
 # kind checks its own sections' values (TrainingKind.values), the training fields below by _check_training.
 VALUES = {
     "tokenizer.path": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a path or null"),
+    "tokenizer.allow_mismatch": BOOLEAN,
     "data.path": NAME, "data.split": NAME, "data.max_rows": int_at_least(1, null=True), "data.verify": BOOLEAN,
     "data.eval_split": (lambda v: v is None or (isinstance(v, str) and bool(v)), "a split name or null"),
 }
@@ -179,9 +180,17 @@ MAX_BASE_CHAIN = 8  # files in one chain of bases (the recipe, its base, its bas
 
 def _read_file(path: Path) -> Any:
     """One YAML file, bounded (size, node budget, duplicate keys): its data, ``{}`` when empty."""
-    if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
-        raise RecipeError(f"{path}: {path.stat().st_size} bytes; a recipe may have at most {MAX_RECIPE_BYTES}")
-    with open(path, encoding="utf-8") as handle:
+    if path.is_dir():
+        raise RecipeError(f"{path}: is a folder; name a recipe file (e.g. {path}/grpo.yaml)")
+    try:
+        if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
+            raise RecipeError(f"{path}: {path.stat().st_size} bytes; a recipe may have at most {MAX_RECIPE_BYTES}")
+        handle = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a symlink loop, no permission, ...
+        raise RecipeError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    with handle:
         try:
             return _yaml(handle) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -218,10 +227,14 @@ def _read_chain(path: Path, below: tuple[Path, ...]) -> Any:
     base = raw.pop("base")
     if not isinstance(base, str) or not base.strip():
         raise RecipeError(f"{path}: base must be the path of a recipe file (relative to this one), got {base!r}")
-    chain = (*below, path.resolve())
     base_path = path.parent / base
-    if base_path.resolve() in chain:
-        names = " -> ".join(str(p) for p in (*chain, base_path.resolve()))
+    try:
+        chain = (*below, path.resolve())
+        resolved = base_path.resolve()
+    except (RuntimeError, OSError):  # RuntimeError: a symlink loop (pathlib)
+        raise RecipeError(f"{path}: base {base}: a symlink loop or an unreadable path ({base_path})") from None
+    if resolved in chain:
+        names = " -> ".join(str(p) for p in (*chain, resolved))
         raise RecipeError(f"{path}: base {base}: a cycle of bases ({names})")
     if len(chain) >= MAX_BASE_CHAIN:
         raise RecipeError(f"{path}: base {base}: more than {MAX_BASE_CHAIN} files in one chain of bases")
@@ -303,8 +316,8 @@ def validate_recipe(raw: dict) -> dict:
             hint = " (a recipe file's base is merged when load_recipe reads the file; --set cannot name one)"
         raise RecipeError(f"recipe: unknown key {unknown[0]}{hint} (known: {', '.join(sorted(allowed_top))})")
     recipe: dict[str, Any] = {"kind": kind.name, "seed": raw.get("seed", 42), "description": raw.get("description", "")}
-    if not isinstance(recipe["seed"], int) or isinstance(recipe["seed"], bool):
-        raise RecipeError(f"recipe: seed must be an int, got {recipe['seed']!r}")
+    if not isinstance(recipe["seed"], int) or isinstance(recipe["seed"], bool) or not 0 <= recipe["seed"] < 2**32:
+        raise RecipeError(f"recipe: seed must be an int in [0, 2**32 - 1] (numpy's seed range), got {recipe['seed']!r}")
     for name, schema in sections.items():
         recipe[name] = check_keys(raw.get(name) or {}, schema, name)
     for name, schema in optional.items():  # absent or null: the section is off (and left out, so older hashes hold)

@@ -63,9 +63,11 @@ def recipe_key(key: str):
         raise RecipeError(f"recipe: {key}: {type(exc).__name__}: {one_line(exc)}") from exc
 
 
-def int_at_least(low: int, null: bool = False) -> ValueTest:
-    """An int (not a bool) >= ``low``; with ``null`` also None."""
-    return (lambda v: (null and v is None) or (type(v) is int and v >= low)), f"an int >= {low}" + " or null" * null
+def int_at_least(low: int, null: bool = False, high: int | None = None) -> ValueTest:
+    """An int (not a bool) >= ``low`` (and <= ``high``); with ``null`` also None."""
+    what = f"an int >= {low}" if high is None else f"an int in [{low}, {high}]"
+    return ((lambda v: (null and v is None) or (type(v) is int and v >= low and (high is None or v <= high))),
+            what + " or null" * null)
 
 
 def number(low: float | None = None, high: float | None = None, above: bool = False, null: bool = False) -> ValueTest:

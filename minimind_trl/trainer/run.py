@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from minimind_trl.fsio import (
+    DataFormatError,
     build_directory,
     commit_directory,
     read_json_file,
@@ -38,7 +39,7 @@ from minimind_trl.fsio import (
 from minimind_trl.modeling.hub import write_hub_folder
 from minimind_trl.modeling.modeling_minimind import MiniMindForCausalLM
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
-from minimind_trl.trainer.recipe import one_line
+from minimind_trl.trainer.recipe import one_line, recipe_sha256
 from minimind_trl.trainer.recorder import truncate_metrics
 from minimind_trl.trainer.run_folder import (
     MANIFEST,
@@ -67,14 +68,27 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
+def _readable_manifest(folder: RunFolder) -> dict[str, Any]:
+    """The run's manifest, or a one-line RunFolderError naming it when it is not a readable one."""
+    try:
+        manifest = folder.manifest()
+    except (DataFormatError, OSError) as exc:
+        raise RunFolderError(f"--resume: {folder.manifest_path} is not a readable run manifest ({one_line(exc)}); "
+                             "this run cannot be resumed: start it in a new folder") from None
+    if manifest is None:
+        raise RunFolderError(f"--resume: {folder.path} has no {MANIFEST}; there is no run to resume")
+    return manifest
+
+
+def prepare_run_dir(run_dir: str | os.PathLike, resume: bool, recipe: dict | None = None) -> str | None:
     """Check the folder and return the checkpoint to resume from (None: start from scratch).
 
     A new run needs a missing or empty folder, or one holding only what a killed start left
     (:data:`START_LEFTOVERS`, removed). ``resume`` needs a folder with a manifest (an existing
     folder holding no started run is started); it resumes from the newest complete checkpoint
     (leftovers of a killed save are removed) and cuts ``metrics.jsonl`` back to that
-    checkpoint's step. Folders a kill left moved aside mid-commit are moved back first
+    checkpoint's step; with ``recipe`` the manifest must be readable and record that recipe, checked
+    before anything is built or written. Folders a kill left moved aside mid-commit are moved back first
     (:meth:`RunFolder.recover`). Call on the main process only.
     """
     run_dir = Path(run_dir)
@@ -95,10 +109,16 @@ def prepare_run_dir(run_dir: str | os.PathLike, resume: bool) -> str | None:
     if not (run_dir / MANIFEST).is_file():
         raise RunFolderError(f"--resume: {run_dir} has no {MANIFEST}; there is no run to resume")
     folder = RunFolder(run_dir)
+    previous = _readable_manifest(folder)
+    if recipe is not None:  # checked before anything is built or written
+        _check_same_recipe(previous, recipe_sha256(recipe), recipe)
     folder.recover()
     for pattern in SAVE_LEFTOVERS:
         for leftover in run_dir.glob(pattern):
-            shutil.rmtree(leftover, ignore_errors=True)
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
     checkpoint = get_last_checkpoint(str(run_dir))
     truncate_metrics(folder.metrics_path, checkpoint_step(checkpoint) if checkpoint else 0)
     return checkpoint
@@ -116,14 +136,14 @@ def abort_start(run_dir: str | os.PathLike) -> None:
             entry.unlink(missing_ok=True)
 
 
-def completed_run(run_dir: str | os.PathLike, recipe_sha: str) -> dict[str, Any] | None:
+def completed_run(run_dir: str | os.PathLike, recipe: dict) -> dict[str, Any] | None:
     """The status of a completed run in ``run_dir`` (None if it is not one); its recipe must be
-    ``recipe_sha`` (else RunFolderError naming the sections that differ)."""
+    ``recipe`` (else RunFolderError naming the sections that differ)."""
     folder = RunFolder(run_dir)
     if not folder.status_path.is_file() or folder.state() != "completed":
         return None
     status = read_status(run_dir)
-    _check_same_recipe(folder.manifest(), recipe_sha, None)
+    _check_same_recipe(_readable_manifest(folder), recipe_sha256(recipe), recipe)
     return status
 
 
@@ -276,6 +296,22 @@ def merged_model(model, run_dir: str | os.PathLike):
 
 
 def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -> dict[str, Any]:
+    """:func:`_train_and_save`; an OSError (a full disk, a read-only filesystem, ...) marks
+    ``status.json`` failed with the reason (best effort: the disk may refuse that too) and becomes
+    a one-line :class:`RunFolderError`. ``--resume`` continues from the newest complete checkpoint."""
+    try:
+        return _train_and_save(trainer, run_dir, resume_from)
+    except OSError as exc:
+        if trainer.accelerator.is_main_process:
+            try:
+                write_status(run_dir, "failed", reason=one_line(exc), step=trainer.state.global_step)
+            except OSError:
+                pass
+        raise RunFolderError(f"run failed at step {trainer.state.global_step}: {one_line(exc)}; {run_dir}/status.json "
+                             "says failed: fix the cause (disk space, permissions) and rerun with --resume") from None
+
+
+def _train_and_save(trainer, run_dir: str | os.PathLike, resume_from: str | None) -> dict[str, Any]:
     """Train, then write the final weights and the status; a non-finite value stops the run.
 
     Returns the final status dict. On :class:`NonFiniteError` (a non-finite reward, loss or

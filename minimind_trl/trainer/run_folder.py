@@ -48,9 +48,10 @@ CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 START_LEFTOVERS = frozenset({INITIAL_MODEL, staging_path(INITIAL_MODEL).name})
 """All a start writes before its manifest (removed by the next start)."""
 SAVE_LEFTOVERS = (".staging-*", ".old-*", "..staging-*.tmp", f".{FINAL_MODEL}.*.tmp", f".{FINAL_MODEL}.old-*",
-                  f"{FINAL_MODEL}.old", f"{ADAPTER}.old")
+                  f"{FINAL_MODEL}.old", f"{ADAPTER}.old", f".{STATUS}.*.tmp", f".{MANIFEST}.*.tmp")
 """Leftovers of killed saves, removed on resume after :meth:`RunFolder.recover`: staging and aside
-folders, and the names older versions used (``save_for_hub``'s temporary and moved-aside copies,
+folders, the temporary files of an atomic ``status.json`` / ``manifest.json`` write a kill cut
+short, and the names older versions used (``save_for_hub``'s temporary and moved-aside copies,
 ``final.old``)."""
 _LEGACY_ASIDES = {FINAL_MODEL: (f"{FINAL_MODEL}.old", f".{FINAL_MODEL}.old-*/{FINAL_MODEL}"),
                   ADAPTER: (f"{ADAPTER}.old",)}

@@ -146,7 +146,7 @@ def mean_rewards(task: dict, run_dir, objective: dict, seed: int = SEED) -> list
     })
     config = build.training_config(recipe, str(run_dir))
     set_seed(recipe["seed"])
-    tokenizer = build.build_tokenizer(recipe["tokenizer"])
+    tokenizer = build.build_tokenizer(recipe)
     rows, _ = build.load_split(recipe["data"])
     build.check_plugins(recipe)
     model = build.build_model(recipe["model"])

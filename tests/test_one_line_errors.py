@@ -1,0 +1,123 @@
+"""Issue 28.6: inputs that used to end in a traceback end in exit 2 and one line naming the problem;
+a resume over a broken manifest builds nothing; a run that fails on a full disk says so in
+status.json."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+from helpers import write_recipe
+
+from minimind_trl import demo
+from minimind_trl.data.generator import generate_tasks
+from minimind_trl.data.splits import prepare_splits
+from minimind_trl.eval.cli import eval_main, summarize_main
+from minimind_trl.fsio import write_jsonl_atomic
+from minimind_trl.trainer import cli, run
+
+
+@pytest.fixture(scope="module")
+def splits(tmp_path_factory):
+    root = tmp_path_factory.mktemp("splits")
+    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(8, seed=3))
+    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[4, 2, 2])
+    return root / "splits"
+
+
+def one_line_exit_2(code: int, capsys, *needles: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    last = err.splitlines()[-1]  # progress bars of the run may come before it
+    assert last.startswith("minimind-trl "), err
+    for needle in needles:
+        assert needle in last, err
+    return last
+
+
+def test_recipe_paths_that_are_folders_or_symlink_loops(tmp_path, capsys):
+    (tmp_path / "a.yaml").symlink_to(tmp_path / "b.yaml")
+    (tmp_path / "b.yaml").symlink_to(tmp_path / "a.yaml")
+    (tmp_path / "top.yaml").write_text("base: a.yaml\nseed: 1\n")
+    one_line_exit_2(cli.main([str(tmp_path / "top.yaml"), "--output-dir", str(tmp_path / "o")]), capsys, "symlink loop")
+    one_line_exit_2(cli.main([str(tmp_path / "a.yaml"), "--output-dir", str(tmp_path / "o")]), capsys, "a.yaml")
+    (tmp_path / "folder").mkdir()
+    one_line_exit_2(cli.main([str(tmp_path / "folder"), "--output-dir", str(tmp_path / "o")]), capsys, "is a folder")
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take(seed, tmp_path, splits, capsys):
+    recipe = write_recipe(tmp_path, splits)
+    code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", f"seed={seed}"])
+    one_line_exit_2(code, capsys, "seed must be an int in [0, 2**32 - 1]", seed)
+
+
+def test_resume_over_a_corrupt_manifest_builds_nothing(tmp_path, splits, capsys):
+    recipe = write_recipe(tmp_path, splits)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"kind": "grpo", "recipe": ')  # torn
+    code = cli.main([str(recipe), "--output-dir", str(folder), "--resume"])
+    one_line_exit_2(code, capsys, "manifest.json", "not a readable run manifest")
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]  # no initial_model/ written
+
+
+def test_resume_with_another_recipe_is_refused_before_building(tmp_path, splits, capsys):
+    recipe = write_recipe(tmp_path, splits)
+    folder = tmp_path / "run"
+    assert cli.main([str(recipe), "--output-dir", str(folder)]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in folder.iterdir())
+    code = cli.main([str(recipe), "--output-dir", str(folder), "--resume", "--set", "training.max_steps=4",
+                     "--set", "training.learning_rate=0.5"])
+    one_line_exit_2(code, capsys, "recipe differs", "training")
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_full_disk_marks_the_run_failed(tmp_path, splits, capsys, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run, "save_final_model", full)
+    recipe = write_recipe(tmp_path, splits)
+    folder = tmp_path / "run"
+    one_line_exit_2(cli.main([str(recipe), "--output-dir", str(folder)]), capsys, "No space left", "--resume")
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "failed" and "No space left" in status["reason"]
+    monkeypatch.undo()
+    assert cli.main([str(recipe), "--output-dir", str(folder), "--resume"]) == 0  # space is back
+    assert json.loads((folder / "status.json").read_text())["state"] == "completed"
+
+
+def test_demo_output_dir_naming_a_file(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    one_line_exit_2(demo.main(["--output-dir", str(tmp_path / "afile"), "--quick"]), capsys, "is a file")
+
+
+def test_eval_with_a_nan_temperature(tmp_path, splits, capsys):
+    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(splits), "--output-dir",
+                      str(tmp_path / "e"), "--pass-k", "1", "--temperature", "nan"])
+    one_line_exit_2(code, capsys, "temperature")
+
+
+def _eval_folder(path: Path, n_tool_calls: int = 1) -> Path:
+    path.mkdir()
+    record = {"id": "q1", "success": True, "all_gt_covered": True, "gt_hits": [True], "n_tool_calls": n_tool_calls,
+              "answer_length": 3}
+    (path / "records.jsonl").write_text(json.dumps(record) + "\n")
+    (path / "eval_manifest.json").write_text(json.dumps({"split": {"name": "test", "manifest_sha256": "a" * 64}}))
+    return path
+
+
+def test_summarize_with_absurd_numbers(tmp_path, capsys):
+    good = _eval_folder(tmp_path / "sft")
+    code = summarize_main([str(good), "--output-dir", str(tmp_path / "o1"), "--n-resamples", "2000000000"])
+    one_line_exit_2(code, capsys, "n_resamples")
+    huge = _eval_folder(tmp_path / "big", n_tool_calls=10**4000 - 1)
+    code = summarize_main([str(huge), "--output-dir", str(tmp_path / "o2")])
+    one_line_exit_2(code, capsys, "records.jsonl:1", "n_tool_calls")
+
+
