@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +124,29 @@ def test_summarize_with_absurd_numbers(tmp_path, capsys):
     one_line_exit_2(code, capsys, "records.jsonl:1", "n_tool_calls")
 
 
+def test_a_recipe_from_a_pipe_is_read_with_a_bound(tmp_path, capsys):
+    fifo = tmp_path / "recipe.fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen([sys.executable, "-c", f"open({str(fifo)!r}, 'w').write('seed: 1\\n' + '#' * 5_000_000)"])
+    try:
+        one_line_exit_2(cli.main([str(fifo), "--output-dir", str(tmp_path / "o")]), capsys, "a recipe may have at most")
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_resume_removes_temporary_files_of_a_killed_atomic_write(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"kind": "grpo", "recipe": {}}))
+    for name in (".status.json.k1.tmp", ".manifest.json.k2.tmp"):
+        (folder / name).write_text("{half")
+    assert run.prepare_run_dir(folder, resume=True) is None  # no checkpoint yet: from the start
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+
+
+def test_completion_length_is_bounded(tmp_path, splits, capsys):
+    recipe = write_recipe(tmp_path, splits)
+    too_long = "rollout.max_completion_length=10000000"
+    code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", too_long])
+    one_line_exit_2(code, capsys, "rollout.max_completion_length", "32768")

@@ -30,7 +30,9 @@ from minimind_trl.rewards.verifier import (
     observation_result,
 )
 
-_RESPONSE_BLOCK = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
+# A block cannot hold another opening tag: the last <tool_response> before a close opens it. (With
+# ``.*?`` alone every unclosed opening tag scanned to the end: quadratic in repeated tags.)
+_RESPONSE_BLOCK = re.compile(r"<tool_response>((?:(?!<tool_response>).)*?)</tool_response>", re.DOTALL)
 # A tool turn opens after a model turn's end: "<|im_end|>\n<|im_start|>user\n" in text decoded
 # with special tokens kept (a model cannot write <|im_end|> inside its turn); in text without
 # them, after a bare "user" line or right after a </tool_call>.

@@ -192,7 +192,10 @@ def _read_file(path: Path) -> Any:
         raise RecipeError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     with handle:
         try:
-            return _yaml(handle) or {}
+            text = handle.read(MAX_RECIPE_BYTES + 1)  # bounded also where no size is known (/dev/stdin, a pipe)
+            if len(text.encode("utf-8")) > MAX_RECIPE_BYTES:
+                raise RecipeError(f"{path}: more than {MAX_RECIPE_BYTES} bytes; a recipe may have at most that")
+            return _yaml(text) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise RecipeError(f"{path}: not valid YAML: {one_line(exc)}") from None
         except RecursionError:

@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -279,3 +280,14 @@ def test_tool_backed_needs_a_real_tool_observation():
     real, _ = _both_forms("The answer is 42.", open_thinking=False)
     assert evaluate_completion(real, [42])[1].tool_backed
     assert evaluate_completion(CORRECT, [36, 7])[1].tool_backed  # consecutive blocks of one tool turn
+
+
+def test_repeated_unclosed_tool_response_tags_are_bounded_work():
+    """Issue 28.7: every unclosed ``<tool_response>`` used to scan to the end of the text
+    (quadratic: 0.9 s for 2,048 tags, about a minute for 16,384). A block cannot hold another
+    opening tag, so the work is linear; the generous bound only catches the quadratic scan."""
+    text = "The answer is 42. " + "<tool_response>" * 8_192
+    start = time.perf_counter()
+    view = view_completion(text)
+    assert time.perf_counter() - start < 2.0
+    assert view.final_answer == "The answer is 42." and view.observations == []
