@@ -70,8 +70,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from minimind_trl.eval.checkpoints import resolve_checkpoint
 from minimind_trl.eval.folder import EvalFolder
 from minimind_trl.fsio import DataFormatError, FolderInUseError, folder_lock, write_json_atomic
@@ -376,12 +374,6 @@ def eval_settings(args: argparse.Namespace) -> dict[str, Any]:
             "device": args.eval_device}
 
 
-def _device(name: str) -> str:
-    if name != "auto":
-        return name
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def eval_done(eval_dir: Path, checkpoint: Path, settings: dict[str, Any]) -> bool:
     """True if ``eval_dir`` holds a finished evaluation of these weights with these settings;
     False if there is none; SweepError if it holds a different one."""
@@ -416,7 +408,7 @@ def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: 
     args = ["eval", "--checkpoint", str(checkpoint), "--split-dir", plan.data, "--split", settings["split"],
             "--output-dir", str(eval_dir), "--batch-size", str(settings["batch_size"]),
             "--max-new-tokens", str(settings["max_new_tokens"]), "--max-tool-turns", str(settings["max_tool_turns"]),
-            "--device", _device(settings["device"])]
+            "--device", settings["device"]]  # eval resolves auto
     if settings["limit"] is not None:
         args += ["--limit", str(settings["limit"])]
     log = _log_path(plan, f"{name}.eval")

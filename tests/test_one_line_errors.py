@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import write_recipe
 
 from minimind_trl import demo
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.eval.cli import eval_main, summarize_main
+from minimind_trl.eval.runner import resolve_device
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.trainer import cli, run
 
@@ -150,3 +152,19 @@ def test_completion_length_is_bounded(tmp_path, splits, capsys):
     too_long = "rollout.max_completion_length=10000000"
     code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", too_long])
     one_line_exit_2(code, capsys, "rollout.max_completion_length", "32768")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a GPU")
+def test_eval_on_a_device_this_torch_cannot_use(tmp_path, splits, capsys):
+    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(splits), "--output-dir",
+                      str(tmp_path / "e"), "--device", "cuda"])
+    one_line_exit_2(code, capsys, "--device 'cuda' is not usable here")
+    assert resolve_device("auto") == "cpu"
+
+
+def test_eval_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        eval_main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("(default: auto)", "(default: 0.8)", "(default: 256)", "(default: 32)", "(default: test)"):
+        assert shown in text

@@ -48,6 +48,7 @@ def _cells(text: str) -> dict[str, str]:
 
 def eval_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         prog="minimind-trl eval",
         description="Frozen greedy evaluation of a checkpoint on a split (records.jsonl, metrics.json, "
                     "eval_manifest.json). Optional sampled pass@k.",
@@ -60,25 +61,27 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--allow-tokenizer-mismatch", action="store_true",
                         help="use --tokenizer even when it differs from the checkpoint folder's own")
     parser.add_argument("--split-dir", required=True, help="split folder with train/val/test.jsonl and manifest.json")
-    parser.add_argument("--split", default="test", choices=("train", "val", "test"))
+    parser.add_argument("--split", default="test", choices=("train", "val", "test"), help="which split to evaluate")
     parser.add_argument("--output-dir", required=True, help="must not exist or be empty")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="rows decoded together; greedy results do not depend on it (up to float rounding)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn")
-    parser.add_argument("--max-tool-turns", type=int, default=3)
-    parser.add_argument("--open-thinking", action="store_true")
+    parser.add_argument("--max-tool-turns", type=int, default=3, help="tool turns per question")
+    parser.add_argument("--open-thinking", action="store_true", help="open a think block in the generation prompt")
     parser.add_argument("--pass-k", type=_int_list, default=None,
                         help="e.g. 1,5: also sample --num-samples per question")
-    parser.add_argument("--num-samples", type=int, default=8)
-    parser.add_argument("--temperature", type=float, default=0.8)
-    parser.add_argument("--sample-seed", type=int, default=0)
+    parser.add_argument("--num-samples", type=int, default=8, help="samples per question for --pass-k")
+    parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature for --pass-k")
+    parser.add_argument("--sample-seed", type=int, default=0, help="seed of the --pass-k samples")
     parser.add_argument("--tools", action="append", default=[], metavar="PLUGIN",
                         help="tool plugin beyond the built-ins (repeatable; default: the run's rollout.tools when "
                              "the checkpoint is in a run folder)")
     parser.add_argument("--tool-names", default=None,
                         help="comma-separated tools to offer (default: the run's rollout.tool_names, else all)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="auto",
+                        help="torch device: auto (cuda when this torch has a usable GPU, else cpu), cpu, cuda, cuda:1, "
+                             "mps")
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -101,6 +104,7 @@ def eval_main(argv: list[str]) -> int:
 
 def summarize_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         prog="minimind-trl summarize",
         description="Tables per metric against a baseline with question-level paired bootstrap CIs "
                     f"(percentile, {stats.DEFAULT_RESAMPLES:,} resamples, seed {stats.DEFAULT_SEED} by default), "
@@ -109,12 +113,12 @@ def summarize_main(argv: list[str]) -> int:
     parser.add_argument("conditions", nargs="+",
                         help="eval folders: PATH (name = folder name) or NAME=PATH; NAME@SEED groups seeds")
     parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--baseline", default="sft", help="condition every other one is compared with (default: sft)")
+    parser.add_argument("--baseline", default="sft", help="condition every other one is compared with")
     parser.add_argument("--interaction", type=_cells, default=None,
                         help="zscore_seqmean=A,zscore_fixedL=B,center_seqmean=C,center_fixedL=D; reports (D-C)-(B-A)")
-    parser.add_argument("--n-resamples", type=int, default=stats.DEFAULT_RESAMPLES)
-    parser.add_argument("--seed", type=int, default=stats.DEFAULT_SEED)
-    parser.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE)
+    parser.add_argument("--n-resamples", type=int, default=stats.DEFAULT_RESAMPLES, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap seed")
+    parser.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE, help="CI level")
     parser.add_argument("--num-failures", type=int, default=5, help="wrong answers sampled per condition and seed")
     parser.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty output folder")
     args = parser.parse_args(argv)
@@ -137,6 +141,7 @@ def summarize_main(argv: list[str]) -> int:
 
 def plot_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         prog="minimind-trl plot",
         description="PNG training curves from run folders' metrics.jsonl and eval bars with CI whiskers from a "
                     "summary.json.",

@@ -218,14 +218,35 @@ def with_run_tools(settings: EvalSettings, checkpoint: str | os.PathLike) -> Eva
     return replace(settings, tools=trained_with[0], tool_names=trained_with[1])
 
 
+def resolve_device(name: str) -> str:
+    """``auto`` → ``cuda`` when this torch build sees a GPU, else ``cpu``; any other name must be a
+    device this torch can use (else a one-line EvalError, not a traceback from the first tensor)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise EvalError(f"--device {name!r} is not a torch device ({str(exc).splitlines()[0]})") from None
+    usable = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
+              "mps": lambda: torch.backends.mps.is_available()}.get(device.type, lambda: False)
+    if not usable():
+        raise EvalError(f"--device {name!r} is not usable here: torch {torch.__version__} "
+                        f"({'no CUDA in this build' if torch.version.cuda is None else 'no visible GPU'}); "
+                        "use --device auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise EvalError(f"--device {name!r}: only {torch.cuda.device_count()} GPU(s) visible")
+    return name
+
+
 def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, output_dir: str | os.PathLike,
                    split: str = "test", preset: str | None = None, tokenizer_path: str | os.PathLike | None = None,
-                   settings: EvalSettings = EvalSettings(), device: str = "cpu", progress: bool = True,
+                   settings: EvalSettings = EvalSettings(), device: str = "auto", progress: bool = True,
                    allow_tokenizer_mismatch: bool = False) -> Path:
     """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it."""
     out = Path(output_dir)
     _check_output_dir(out)
     settings.validate()
+    device = resolve_device(device)
     settings = with_run_tools(settings, checkpoint)
     info: CheckpointInfo = resolve_checkpoint(checkpoint, preset)
     tasks, split_info = load_split_tasks(split_dir, split)

@@ -26,8 +26,10 @@ _TRL_OPTIONS_REPLACED: dict[str, tuple[object, str]] = {
     "delta": (None, "nothing (not supported)"),
     "entropy_coef": (0.0, "nothing (not supported)"),
     "use_adaptive_entropy": (False, "nothing (not supported)"),
-    "use_vllm": (False, "transformers generation (vLLM is not supported)"),
+    "use_vllm": (False, "the project's own rollout engine (vLLM is not supported in training: vLLM pins an older "
+                        "transformers than the project needs, and the exact old-log-prob replay assumes one engine)"),
 }
+_GENERATION_OPTIONS = frozenset({"use_vllm"})
 _TRL_DEFAULT_EPSILON = 0.2
 
 
@@ -141,8 +143,9 @@ class MiniMindGRPOConfig(GRPOConfig):
         super().__post_init__()
         for name, (default, instead) in _TRL_OPTIONS_REPLACED.items():
             if getattr(self, name) != default:
+                what = "generation" if name in _GENERATION_OPTIONS else "loss"
                 raise ValueError(
-                    f"{name}={getattr(self, name)!r} is a TRL loss option that MiniMindGRPOTrainer does not use; "
+                    f"{name}={getattr(self, name)!r} is a TRL {what} option that MiniMindGRPOTrainer does not use; "
                     f"leave it at {default!r} and use {instead}"
                 )
         if self.logging_strategy != "steps" or self.logging_steps != 1:
