@@ -168,3 +168,14 @@ def test_eval_help_shows_every_default(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for shown in ("(default: auto)", "(default: 0.8)", "(default: 256)", "(default: 32)", "(default: test)"):
         assert shown in text
+
+
+def test_e4_without_a_reward_model_names_the_option_before_building(tmp_path, splits, capsys):
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "e4" / "grpo_reward_model.yaml"
+    folder = tmp_path / "run"
+    code = cli.main([str(recipe), "--output-dir", str(folder), "--set", "model.preset=tiny", "--set", "model.path=null",
+                     "--set",
+                     f"data.path={splits}", "--set", "training.use_cpu=true", "--set", "training.bf16=false",
+                     "--set", f"rewards.0.options.path={tmp_path / 'no_such_model'}"])
+    one_line_exit_2(code, capsys, "rewards.0.options.path", "not a folder", "never looked up on the Hub")
+    assert not folder.exists() or not any(folder.iterdir())  # nothing built, no initial_model/

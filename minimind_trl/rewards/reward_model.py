@@ -16,6 +16,8 @@ one text at a time, since the model finds each sequence's last token through the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -66,10 +68,28 @@ class RewardModelScorer:
         return scores
 
 
+def reward_model_folder_problem(path) -> str | None:
+    """Why ``path`` is not a local reward-model folder (None: it is one). Checked before any model
+    is built: a missing folder must not be read as a Hub id (no network at run time)."""
+    if not isinstance(path, str) or not path:
+        return f"must be the path of a local reward-model folder, got {path!r}"
+    folder = Path(path)
+    if not folder.is_dir():
+        return (f"{path} is not a folder: point it at a local AutoModelForSequenceClassification folder "
+                "(--set rewards.0.options.path=DIR); this project does not train reward models yet, and a "
+                "missing folder is never looked up on the Hub")
+    if not (folder / "config.json").is_file():
+        return f"{path} holds no config.json: not a model folder (a run folder's model is in its final/)"
+    return None
+
+
 def make_reward_model_reward(path: str, device: str | None = None, max_length: int = 1024,
                              batch_size: int = 8, name: str = "reward_model_reward"
                              ) -> RewardFunction:
     """TRL reward function scoring each completion's final answer with a local reward model."""
+    problem = reward_model_folder_problem(path)
+    if problem is not None:
+        raise ValueError(f"reward_model path: {problem}")
     scorer = RewardModelScorer(path, device=device, max_length=max_length, batch_size=batch_size)
 
     def reward(prompts, completions, **kwargs) -> list[float]:

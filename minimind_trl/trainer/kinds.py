@@ -44,6 +44,7 @@ from minimind_trl.envs.tools import run_registry
 from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfig
 from minimind_trl.plugins import load_object
 from minimind_trl.rewards.registry import build_reward_functions, reward_function_names
+from minimind_trl.rewards.reward_model import reward_model_folder_problem
 from minimind_trl.sft import MODES as SFT_MODES, MiniMindSFTTrainer, build_sft_dataset
 from minimind_trl.trainer.callbacks import EVAL_METRICS_FILE, EvalLogCallback, LogHistoryCallback
 from minimind_trl.trainer.config import MiniMindGRPOConfig
@@ -277,6 +278,10 @@ def check_grpo_plugins(recipe: dict) -> None:
     called), so that a typo fails before any model is built."""
     for i, spec in enumerate(recipe["rewards"]):
         name = spec["name"]
+        if name == "reward_model":
+            problem = reward_model_folder_problem((spec.get("options") or {}).get("path"))
+            if problem is not None:
+                raise RecipeError(f"recipe: rewards.{i}.options.path: {problem}")
         if name in reward_function_names():
             continue
         if not isinstance(name, str) or (":" not in name and not name.endswith(".py")):
