@@ -54,14 +54,23 @@ files and are rewritten every time. ``--conditions`` limits what is trained and 
 summary still includes the protocol's other conditions already evaluated in OUT for these seeds,
 when their run matches the recipe the sweep would run (same checks as above).
 
+``--dry-run`` runs nothing: per condition it prints the action, the exact ``minimind-trl train``
+command and the resolved recipe keys that differ from the protocol's first condition, then the
+pre-flight checks (:func:`preflight`: plugins such as E4's reward model, the tokenizer against the
+start folder's, a dense start for the MoE protocol), exit 2 when any fails. OUT is locked for the
+life of a sweep (a second sweep into it exits 2 naming the first).
+
 Exit status: 0 when every condition trained and was evaluated, 1 when some command failed (the
-others still ran; see the log named in the message), 2 for bad arguments or a conflicting OUT.
+others still ran; see the log named in the message), 2 for bad arguments, a conflicting or locked
+OUT, or a failed pre-flight check.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
+import shlex
 import shutil
 import sys
 import time
@@ -74,6 +83,7 @@ from minimind_trl.eval.checkpoints import resolve_checkpoint
 from minimind_trl.eval.folder import EvalFolder
 from minimind_trl.fsio import DataFormatError, FolderInUseError, folder_lock, write_json_atomic
 from minimind_trl.subprocess_runner import run_cli
+from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 from minimind_trl.trainer.run_folder import RunFolder
 
@@ -177,7 +187,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")
     parser.add_argument("--n-resamples", type=int, default=None,
                         help="bootstrap resamples (summarize's default if unset)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print each condition's action, command and resolved differences, run the pre-flight "
+                             "checks, and exit")
     return parser
 
 
@@ -341,6 +353,70 @@ def _log_path(plan: Plan, name: str) -> Path:
     return Path(plan.out, "logs", plan.protocol, f"{name}.log")
 
 
+MOE_PROTOCOLS = ("e3",)
+"""Protocols whose conditions train the MoE preset (recipes/e3: MiniMind-3-MoE)."""
+
+
+def train_args(plan: Plan, cond: Condition) -> list[str]:
+    """The ``minimind-trl`` arguments that train (or resume) ``cond``."""
+    args = ["train", cond.recipe, "--output-dir", cond.run_dir]
+    for text in sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides):
+        args += ["--set", text]
+    return args + (["--resume"] if cond.action == "resume" else [])
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def preflight(plan: Plan) -> list[str]:
+    """Problems found before anything runs: each condition's plugins (rewards, tools: an E4
+    reward model that is not there), its tokenizer against the start folder's, and for a MoE
+    protocol (:data:`MOE_PROTOCOLS`) a start that is not a MoE model."""
+    problems = []
+    start = json.loads((Path(plan.sft) / "config.json").read_text(encoding="utf-8"))
+    for cond in plan.conditions:
+        if cond.action in ("other", "stale"):
+            continue
+        recipe = load_recipe(cond.recipe, sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides))
+        try:
+            build.check_plugins(recipe)
+            build.tokenizer_folder(recipe)
+        except RecipeError as exc:
+            problems.append(f"{cond.label}: {exc}")
+        if plan.protocol in MOE_PROTOCOLS and not start.get("use_moe"):
+            problems.append(f"{cond.label}: protocol {plan.protocol} trains the MoE model but --sft {plan.sft} is "
+                            "a dense model (its config.json has no use_moe: true)")
+    return problems
+
+
+def dry_run(plan: Plan) -> int:
+    """Print each condition's action, command and resolved differences from the protocol's first
+    condition, then the pre-flight problems; 2 if there are any."""
+    base = None
+    for cond in plan.conditions:
+        recipe = _flat(load_recipe(cond.recipe, sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides)))
+        base = recipe if base is None else base
+        print(f"{cond.label}: {cond.action}  {cond.recipe} -> {cond.run_dir}")
+        if cond.action not in ("other", "stale", "skip", "stopped"):
+            print("  $ " + shlex.join(["minimind-trl", *train_args(plan, cond)]))
+        differs = {k: recipe.get(k) for k in sorted(set(recipe) | set(base)) if recipe.get(k) != base.get(k)}
+        print("  differs from the first condition in: " + (", ".join(f"{k}={v!r}" for k, v in differs.items())
+                                                          if differs else "nothing (it is the first)"
+                                                          if recipe is base else "nothing"))
+    problems = preflight(plan)
+    for problem in problems:
+        print(f"PROBLEM {problem}")
+    print(f"pre-flight: {len(problems)} problem(s)")
+    return 2 if problems else 0
+
+
 def train_condition(plan: Plan, cond: Condition, run: Runner) -> None:
     if cond.action in ("skip", "stopped"):
         note = "completed earlier" if cond.action == "skip" else "stopped on a non-finite value earlier (not resumed)"
@@ -350,11 +426,7 @@ def train_condition(plan: Plan, cond: Condition, run: Runner) -> None:
     if cond.action == "train" and run_dir.is_dir():  # only pre-manifest leftovers (checked by plan_sweep)
         for leftover in run_dir.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
-    args = ["train", cond.recipe, "--output-dir", cond.run_dir]
-    for text in sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides):
-        args += ["--set", text]
-    if cond.action == "resume":
-        args.append("--resume")
+    args = train_args(plan, cond)
     log = _log_path(plan, f"{cond.label}.train")
     cond.log = str(log)
     _say(f"{cond.label}: {'resuming' if cond.action == 'resume' else 'training'} -> {cond.run_dir}")
@@ -505,9 +577,7 @@ def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
     plan = plan_sweep(args)
     settings = eval_settings(args)
     if args.dry_run:
-        for cond in plan.conditions:
-            print(f"{cond.label}: {cond.action}  {cond.recipe} -> {cond.run_dir}")
-        return 0
+        return dry_run(plan)
     Path(plan.out).mkdir(parents=True, exist_ok=True)
     with folder_lock(plan.out, "minimind-trl sweep"):
         return _run_plan(plan, settings, args, argv, started, run)

@@ -164,10 +164,25 @@ def test_pre_manifest_leftovers_are_cleared_and_dry_run_plans(setup, tmp_path, c
     leftover.mkdir(parents=True)
     (leftover / "config.json").write_text("{}")
     assert sweep.main(_argv(setup, out, "--dry-run", "--seeds", "1,2", "--conditions", "grpo"), runner=Recorder()) == 0
-    plan = [line.split()[:2] for line in capsys.readouterr().out.splitlines()]
+    lines = capsys.readouterr().out.splitlines()
+    plan = [line.split()[:2] for line in lines if not line.startswith((" ", "pre-flight"))]
     assert plan == [["cispo-seed1:", "stale"], ["grpo-seed1:", "train"], ["cispo-seed2:", "stale"],
                     ["grpo-seed2:", "train"]]  # cispo is not selected and has no run to summarise
     assert sweep.run_state(leftover.parent) == "pre_manifest"
+    # each condition to train shows its command; each its resolved differences; then the pre-flight
+    commands = [line for line in lines if line.startswith("  $ ")]
+    assert len(commands) == 2 and all("minimind-trl train" in c and "--output-dir" in c for c in commands)
+    assert "seed=2" in commands[1] and "seed=1" in commands[0]
+    differs = [line for line in lines if line.startswith("  differs")]
+    assert "objective.preset='grpo'" in differs[1] and "nothing (it is the first)" in differs[0]
+    assert lines[-1] == "pre-flight: 0 problem(s)"
+
+
+def test_dry_run_preflight_names_problems_and_exits_2(setup, tmp_path, capsys):
+    bad = "rewards=[{name: reward_model, options: {path: /nonexistent/rm}}]"
+    assert sweep.main(_argv(setup, tmp_path / "out", "--dry-run", "--set", bad), runner=Recorder()) == 2
+    out = capsys.readouterr().out
+    assert "PROBLEM" in out and "rewards.0.options.path" in out and "pre-flight: 2 problem(s)" in out
 
 
 def test_known_protocols_resolve_to_the_shipped_recipes():
