@@ -37,9 +37,11 @@ the other two cells.
 
 Time. Every stage's wall time goes to ``timings.json``. After pretraining and SFT the demo projects
 the rest from how long this machine took for those two stages against the reference machine
-(:data:`REFERENCE_SECONDS`, 2 idle cores) and prints the projection. With ``--budget MINUTES`` it
-shortens the RL stage to fit: fewer rollouts per run (not below 2), then 2 RL seeds; what it chose
-is printed and recorded in ``timings.json`` (``plan``), and ``--resume`` keeps that plan.
+(:data:`REFERENCE_SECONDS`, 2 idle cores) and prints the projection. It shortens the RL stage to fit
+its budget (:data:`DEFAULT_BUDGET_MIN` minutes unless ``--budget MINUTES``): fewer rollouts per run
+(not below 2), then 2 RL seeds; what it chose is printed and recorded in ``timings.json``
+(``plan``), and ``--resume`` keeps that plan. The full recipe (60 rollouts, the setting that raised
+greedy success) takes about 12 minutes per run on 2 cores; ``--full-rl`` runs it whole.
 """
 
 from __future__ import annotations
@@ -78,11 +80,14 @@ TIMINGS_FILE = "timings.json"
 
 # Wall seconds of the full demo on the reference machine (2 idle cores; docs/demo_results.md). An RL
 # run costs ``rl_run_overhead + rollouts * rl_rollout`` (process start, model load, save; then each
-# rollout of recipes/demo/rl.yaml: 8 prompts x 4 trajectories at T=0.7, K=2 updates: 113-125 s per
-# 12-rollout run on a machine where the earlier 6-rollout K=4 runs took 1.5x their reference time, so
-# (119 / 1.5 - 13) / 12); ``eval`` is one checkpoint on 150 questions.
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 5.5, "eval": 14.0,
+# rollout of recipes/demo/rl.yaml: 24 prompts x 4 trajectories at T=0.7, K=1 update). rl_rollout is an
+# estimate: 11.5 s per rollout measured on this project's 2-core session machine (4.2 s sampling +
+# 7.3 s update), scaled by 0.64, the ratio of the previous recipe's reference figure to its time on
+# that machine; ``eval`` is one checkpoint on 150 questions.
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 7.4, "eval": 14.0,
                      "summary": 17.0}
+DEFAULT_BUDGET_MIN = 30.0
+"""The full-size demo's time budget unless ``--budget`` or ``--full-rl`` says otherwise."""
 MIN_BUDGET_ROLLOUTS = 2
 MIN_BUDGET_SEEDS = 2
 
@@ -507,12 +512,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="also train the 2x2 cells zscore_fixedL and center_seqmean; the summary reports "
                              "the interaction")
     parser.add_argument("--budget", type=float, default=None, metavar="MINUTES",
-                        help="fit the RL stage into this many minutes in all (fewer rollouts, then 2 seeds), "
-                             "projected from this machine's pretrain + SFT time (full size only)")
+                        help=f"fit the RL stage into this many minutes in all (fewer rollouts, then 2 seeds), "
+                             f"projected from this machine's pretrain + SFT time (full size only; default "
+                             f"{DEFAULT_BUDGET_MIN:g})")
+    parser.add_argument("--full-rl", action="store_true",
+                        help="run every rollout of recipes/demo/rl.yaml (about 12 min per RL run on 2 cores; "
+                             "about 2.5 hours for the 12 runs) instead of fitting the RL stage into the budget")
     parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
     args = parser.parse_args(argv)
     if args.budget is not None and args.budget <= 0:
         parser.error(f"--budget must be a positive number of minutes, got {args.budget}")
+    if args.budget is not None and args.full_rl:
+        parser.error("--budget and --full-rl exclude each other")
+    if args.budget is None and not args.full_rl and not args.quick:
+        args.budget = DEFAULT_BUDGET_MIN
     try:
         summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
                            args.seeds, args.ablation, args.budget)

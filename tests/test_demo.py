@@ -150,7 +150,7 @@ def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_pat
     recipe = load_recipe(demo.RECIPE_DIR / "rl.yaml")
     plan = demo.rl_recipe()
     assert plan.rollouts * plan.updates_per_rollout == recipe["training"]["max_steps"]
-    assert plan.updates_per_rollout == recipe["training"]["num_iterations"] >= 2  # K=1 would tie GRPO/CISPO/GSPO
+    assert plan.updates_per_rollout == recipe["training"]["num_iterations"]
     sft, splits, tok = tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
     items = demo.rl_overrides(sft, splits, tok, ("objective.preset=dr_grpo",), 43, plan.rollouts)
     assert {item.split("=")[0] for item in items} == {"model.path", "data.path", "tokenizer.path",
@@ -160,3 +160,15 @@ def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_pat
     assert f"training.per_device_train_batch_size={4 * plan.group_size}" in shorter
     resolved = load_recipe(demo.RECIPE_DIR / "rl.yaml", shorter)  # the overrides resolve as a recipe
     assert resolved["rollout"]["prompts_per_rollout"] == 4
+
+
+def test_the_full_demo_fits_its_default_budget_unless_full_rl_is_asked(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", lambda out, size, seed, resume, seeds, ablation, budget: seen.append(budget)
+                        or (tmp_path / "summary.md"))
+    (tmp_path / "summary.md").write_text("table")
+    for argv in ([], ["--budget", "45"], ["--full-rl"], ["--quick"]):
+        assert demo.main(["--output-dir", str(tmp_path / "d"), *argv]) == 0
+    assert seen == [demo.DEFAULT_BUDGET_MIN, 45.0, None, None]
+    with pytest.raises(SystemExit):
+        demo.main(["--output-dir", str(tmp_path / "d"), "--budget", "20", "--full-rl"])
