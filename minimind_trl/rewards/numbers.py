@@ -3,9 +3,11 @@
 `find_numbers(text)` returns `NumberMention`s, `extract_numbers(text)` just their values.
 The text is first normalised: superscript exponents become ``^`` (``10³`` → ``10^(3)``), a
 full-width comma ``，`` becomes ``, `` (a list separator, never a decimal sign), then NFKC folds
-full-width digits and punctuation (``１０００`` → ``1000``), every dash-like sign (``− – ‒ ‐ ‑ —
-― ﹣ －``) becomes ``-``, LaTeX is rewritten (below), and times (``2:42``, ``14:05:09``) and dates
-(``2025-03-07``, ``07/03/2025``, ``2025年3月7日``, ``3月7日``) are blanked: they are not quantities.
+full-width digits and punctuation (``１０００`` → ``1000``; other scripts' digits such as ``٤٢`` are
+read as digits too), every dash-like sign (``− – ‒ ‐ ‑ — ― ﹣ －``) becomes ``-``, the Arabic
+decimal and thousands signs ``٫`` / ``٬`` become ``.`` / ``,``, LaTeX is rewritten (below), and
+times (``2:42``, ``14:05:09``) and dates (``2025-03-07``, ``07/03/2025``, ``2025年3月7日``,
+``3月7日``) are blanked: they are not quantities.
 Then, left to right:
 
 * integers and decimals: ``2932``, ``-3.5``, ``.25``; a sign counts only when it is not glued
@@ -161,7 +163,7 @@ def _rewrite(pattern: re.Pattern, convert, text: str) -> str:
     return pattern.sub(replace, text)
 
 
-_DASHES = str.maketrans(dict.fromkeys("−–‒‐‑—―﹣➖", "-"))
+_DASHES = str.maketrans({**dict.fromkeys("−–‒‐‑—―﹣➖", "-"), "٫": ".", "٬": ","})  # + Arabic decimal/thousands
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\[,;: !])(?=\d{3}(?!\d))")
 _GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:(?P<sep>[ '’])\d{3})(?:(?P=sep)\d{3})*(?![\d])(?!,\d)")
 _NOT_QUANTITY = re.compile(

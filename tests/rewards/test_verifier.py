@@ -302,7 +302,7 @@ def test_dash_like_signs_are_minus(dash):
     ("25 per cent", "25%", True), ("百分之25", 0.25, True), ("25", "25%", True), ("0.25", "25%", True),
     ("42,5", 42, False), ("42,5", 42.5, True), ("1.234,5", 1234.5, True), ("1,5 kg", 1, False),
     ("2:42", 42, False), ("at 14:05:42", 42, False), ("2025-03-07", 7, False), ("07/03/2025", 7, False),
-    ("2025年3月7日", 7, False),
+    ("2025年3月7日", 7, False), ("3٫5", 3, False), ("3٫5", 3.5, True), ("1٬000", 1000, True), ("٤٢", 42, True),
     ('{"name": "calculate_math", "arguments": {"expression": "40+2", "value": 42}}', 42, False),
     ('I called {"result": "42"}', 42, False),
 ])
