@@ -16,20 +16,9 @@ import torch
 from helpers import write_recipe
 
 from minimind_trl import demo
-from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.splits import prepare_splits
 from minimind_trl.eval.cli import eval_main, summarize_main
 from minimind_trl.eval.runner import resolve_device
-from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.trainer import cli, run
-
-
-@pytest.fixture(scope="module")
-def splits(tmp_path_factory):
-    root = tmp_path_factory.mktemp("splits")
-    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(8, seed=3))
-    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[4, 2, 2])
-    return root / "splits"
 
 
 def one_line_exit_2(code: int, capsys, *needles: str) -> str:
@@ -54,14 +43,14 @@ def test_recipe_paths_that_are_folders_or_symlink_loops(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("seed", ["-1", str(2**32)])
-def test_a_seed_numpy_cannot_take(seed, tmp_path, splits, capsys):
-    recipe = write_recipe(tmp_path, splits)
+def test_a_seed_numpy_cannot_take(seed, tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
     code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", f"seed={seed}"])
     one_line_exit_2(code, capsys, "seed must be an int in [0, 2**32 - 1]", seed)
 
 
-def test_resume_over_a_corrupt_manifest_builds_nothing(tmp_path, splits, capsys):
-    recipe = write_recipe(tmp_path, splits)
+def test_resume_over_a_corrupt_manifest_builds_nothing(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "manifest.json").write_text('{"kind": "grpo", "recipe": ')  # torn
@@ -70,8 +59,8 @@ def test_resume_over_a_corrupt_manifest_builds_nothing(tmp_path, splits, capsys)
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]  # no initial_model/ written
 
 
-def test_resume_with_another_recipe_is_refused_before_building(tmp_path, splits, capsys):
-    recipe = write_recipe(tmp_path, splits)
+def test_resume_with_another_recipe_is_refused_before_building(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
     folder = tmp_path / "run"
     assert cli.main([str(recipe), "--output-dir", str(folder)]) == 0
     capsys.readouterr()
@@ -82,12 +71,12 @@ def test_resume_with_another_recipe_is_refused_before_building(tmp_path, splits,
     assert sorted(p.name for p in folder.iterdir()) == before
 
 
-def test_a_full_disk_marks_the_run_failed(tmp_path, splits, capsys, monkeypatch):
+def test_a_full_disk_marks_the_run_failed(tmp_path, split_dir, capsys, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(run, "save_final_model", full)
-    recipe = write_recipe(tmp_path, splits)
+    recipe = write_recipe(tmp_path, split_dir)
     folder = tmp_path / "run"
     one_line_exit_2(cli.main([str(recipe), "--output-dir", str(folder)]), capsys, "No space left", "--resume")
     status = json.loads((folder / "status.json").read_text())
@@ -102,8 +91,8 @@ def test_demo_output_dir_naming_a_file(tmp_path, capsys):
     one_line_exit_2(demo.main(["--output-dir", str(tmp_path / "afile"), "--quick"]), capsys, "is a file")
 
 
-def test_eval_with_a_nan_temperature(tmp_path, splits, capsys):
-    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(splits), "--output-dir",
+def test_eval_with_a_nan_temperature(tmp_path, split_dir, capsys):
+    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(split_dir), "--output-dir",
                       str(tmp_path / "e"), "--pass-k", "1", "--temperature", "nan"])
     one_line_exit_2(code, capsys, "temperature")
 
@@ -147,16 +136,16 @@ def test_resume_removes_temporary_files_of_a_killed_atomic_write(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
 
 
-def test_completion_length_is_bounded(tmp_path, splits, capsys):
-    recipe = write_recipe(tmp_path, splits)
+def test_completion_length_is_bounded(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
     too_long = "rollout.max_completion_length=10000000"
     code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", too_long])
     one_line_exit_2(code, capsys, "rollout.max_completion_length", "32768")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a GPU")
-def test_eval_on_a_device_this_torch_cannot_use(tmp_path, splits, capsys):
-    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(splits), "--output-dir",
+def test_eval_on_a_device_this_torch_cannot_use(tmp_path, split_dir, capsys):
+    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(split_dir), "--output-dir",
                       str(tmp_path / "e"), "--device", "cuda"])
     one_line_exit_2(code, capsys, "--device 'cuda' is not usable here")
     assert resolve_device("auto") == "cpu"
@@ -170,12 +159,12 @@ def test_eval_help_shows_every_default(capsys):
         assert shown in text
 
 
-def test_e4_without_a_reward_model_names_the_option_before_building(tmp_path, splits, capsys):
+def test_e4_without_a_reward_model_names_the_option_before_building(tmp_path, split_dir, capsys):
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "e4" / "grpo_reward_model.yaml"
     folder = tmp_path / "run"
     code = cli.main([str(recipe), "--output-dir", str(folder), "--set", "model.preset=tiny", "--set", "model.path=null",
                      "--set",
-                     f"data.path={splits}", "--set", "training.use_cpu=true", "--set", "training.bf16=false",
+                     f"data.path={split_dir}", "--set", "training.use_cpu=true", "--set", "training.bf16=false",
                      "--set", f"rewards.0.options.path={tmp_path / 'no_such_model'}"])
     one_line_exit_2(code, capsys, "rewards.0.options.path", "not a folder", "never looked up on the Hub")
     assert not folder.exists() or not any(folder.iterdir())  # nothing built, no initial_model/

@@ -12,10 +12,8 @@ import yaml
 from helpers import tiny_model, write_recipe
 
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.data.splits import prepare_splits
 from minimind_trl.eval.checkpoints import load_eval_tokenizer, resolve_checkpoint
 from minimind_trl.eval.errors import EvalError
-from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import cli as export_cli
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer, load_tokenizer
 from minimind_trl.tokenization.loading import (
@@ -53,16 +51,8 @@ def test_the_model_folders_own_tokenizer_is_the_default(start, tmp_path):
     assert resolve_tokenizer_folder(start, DEFAULT_TOKENIZER_DIR, allow_mismatch=True) == DEFAULT_TOKENIZER_DIR
 
 
-@pytest.fixture(scope="module")
-def splits(tmp_path_factory):
-    root = tmp_path_factory.mktemp("splits")
-    write_jsonl_atomic(root / "tasks.jsonl", generate_tasks(8, seed=3))
-    prepare_splits([root / "tasks.jsonl"], root / "splits", seed=3, sizes=[4, 2, 2])
-    return root / "splits"
-
-
-def _recipe(tmp_path, splits, start, **tokenizer):
-    path = write_recipe(tmp_path, splits)
+def _recipe(tmp_path, split_dir, start, **tokenizer):
+    path = write_recipe(tmp_path, split_dir)
     recipe = yaml.safe_load(path.read_text())
     recipe["model"] = {"path": str(start)}
     recipe["tokenizer"] = tokenizer
@@ -70,16 +60,16 @@ def _recipe(tmp_path, splits, start, **tokenizer):
     return path
 
 
-def test_training_from_a_folder_keeps_its_tokenizer_in_final(start, splits, tmp_path):
+def test_training_from_a_folder_keeps_its_tokenizer_in_final(start, split_dir, tmp_path):
     run = tmp_path / "run"
-    assert cli.main([str(_recipe(tmp_path, splits, start)), "--output-dir", str(run)]) == 0
+    assert cli.main([str(_recipe(tmp_path, split_dir, start)), "--output-dir", str(run)]) == 0
     assert tokenization_model(run / "final") == tokenization_model(start)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["tokenizer"]["path"] == str(start)
 
 
-def test_training_with_another_tokenizer_exits_2_naming_both(start, splits, tmp_path, capsys):
-    recipe = _recipe(tmp_path, splits, start, path=str(DEFAULT_TOKENIZER_DIR))
+def test_training_with_another_tokenizer_exits_2_naming_both(start, split_dir, tmp_path, capsys):
+    recipe = _recipe(tmp_path, split_dir, start, path=str(DEFAULT_TOKENIZER_DIR))
     run = tmp_path / "run"
     assert cli.main([str(recipe), "--output-dir", str(run)]) == 2
     err = capsys.readouterr().err.strip()
@@ -87,8 +77,8 @@ def test_training_with_another_tokenizer_exits_2_naming_both(start, splits, tmp_
     assert not run.exists() or not any(run.iterdir())
 
 
-def test_training_with_another_tokenizer_runs_when_opted_in(start, splits, tmp_path):
-    recipe = _recipe(tmp_path, splits, start, path=str(DEFAULT_TOKENIZER_DIR), allow_mismatch=True)
+def test_training_with_another_tokenizer_runs_when_opted_in(start, split_dir, tmp_path):
+    recipe = _recipe(tmp_path, split_dir, start, path=str(DEFAULT_TOKENIZER_DIR), allow_mismatch=True)
     run = tmp_path / "run"
     assert cli.main([str(recipe), "--output-dir", str(run)]) == 0
     assert tokenization_model(run / "final") == tokenization_model(DEFAULT_TOKENIZER_DIR)
