@@ -55,7 +55,20 @@ def _load_snippet(format: str, repo_id: str, with_tokenizer: bool) -> str:
     return "\n".join(lines)
 
 
+def _portable(value: Any) -> Any:
+    """``value`` with every absolute path shortened to ``…/PARENT/NAME`` (recursively in lists and dicts):
+    a card is published, and the machine's folders are nobody's business and no use to a reader."""
+    if isinstance(value, dict):
+        return {key: _portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_portable(item) for item in value]
+    if isinstance(value, str) and (value.startswith(("/", "~")) or (len(value) > 2 and value[1:3] in (":\\", ":/"))):
+        return "…/" + "/".join(Path(value.replace("\\", "/")).parts[-2:])
+    return value
+
+
 def _training_section(manifest: dict) -> list[str]:
+    manifest = _portable(manifest)
     recipe, data = manifest.get("recipe", {}), manifest.get("data") or {}
     rows = [("kind", manifest.get("kind")), ("description", recipe.get("description")),
             ("recipe sha256", manifest.get("recipe_sha256")), ("seed", manifest.get("seed")),

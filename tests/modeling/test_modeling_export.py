@@ -275,6 +275,13 @@ def test_model_card_from_the_run_manifest_and_arguments(tmp_path, make_tiny_mode
                      "| task_success | 0.7 |", "| questions | 150 |", "ab" * 32, "## How to load"):
         assert fragment in card, fragment
     assert "trust_remote_code" not in card
+    # a sweep's manifest holds absolute paths: the published card shows none of them
+    absolute = {**RUN_MANIFEST, "data": {**RUN_MANIFEST["data"], "path": str(tmp_path / "data" / "splits")},
+                "initial_model": {"path": str(run_dir / "initial_model"), "num_parameters": 532864},
+                "recipe": {**RUN_MANIFEST["recipe"], "model": {"path": str(tmp_path / "runs" / "sft" / "final")}}}
+    card = (save_for_hub(dense, tokenizer, tmp_path / "export" / "abs", manifest=absolute) / "README.md").read_text()
+    assert str(tmp_path) not in card
+    assert "…/data/splits (split train, 800 rows)" in card and "…/sft/final" in card
     bare = (save_for_hub(dense, None, tmp_path / "export" / "bare") / "README.md").read_text()
     assert "## Training" not in bare and "## Evaluation" not in bare and "load_tokenizer()" in bare
 
