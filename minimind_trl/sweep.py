@@ -375,19 +375,18 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def preflight(plan: Plan) -> list[str]:
-    """Problems found before anything runs: each condition's plugins (rewards, tools: an E4
-    reward model that is not there), its tokenizer against the start folder's, and for a MoE
-    protocol (:data:`MOE_PROTOCOLS`) a start that is not a MoE model."""
+def preflight(plan: Plan, recipes: dict[str, dict]) -> list[str]:
+    """Problems found before anything runs, per condition to train (``recipes``: label -> resolved
+    recipe): its plugins (rewards, tools: an E4 reward model that is not there), its tokenizer
+    against the start folder's, and for a MoE protocol (:data:`MOE_PROTOCOLS`) a dense start."""
     problems = []
     start = json.loads((Path(plan.sft) / "config.json").read_text(encoding="utf-8"))
     for cond in plan.conditions:
         if cond.action in ("other", "stale"):
             continue
-        recipe = load_recipe(cond.recipe, sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides))
         try:
-            build.check_plugins(recipe)
-            build.tokenizer_folder(recipe)
+            build.check_plugins(recipes[cond.label])
+            build.tokenizer_folder(recipes[cond.label])
         except RecipeError as exc:
             problems.append(f"{cond.label}: {exc}")
         if plan.protocol in MOE_PROTOCOLS and not start.get("use_moe"):
@@ -399,18 +398,18 @@ def preflight(plan: Plan) -> list[str]:
 def dry_run(plan: Plan) -> int:
     """Print each condition's action, command and resolved differences from the protocol's first
     condition, then the pre-flight problems; 2 if there are any."""
-    base = None
-    for cond in plan.conditions:
-        recipe = _flat(load_recipe(cond.recipe, sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides)))
-        base = recipe if base is None else base
+    recipes = {cond.label: load_recipe(cond.recipe, sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides))
+               for cond in plan.conditions}
+    base = _flat(recipes[plan.conditions[0].label]) if plan.conditions else {}
+    for index, cond in enumerate(plan.conditions):
+        flat = _flat(recipes[cond.label])
         print(f"{cond.label}: {cond.action}  {cond.recipe} -> {cond.run_dir}")
         if cond.action not in ("other", "stale", "skip", "stopped"):
             print("  $ " + shlex.join(["minimind-trl", *train_args(plan, cond)]))
-        differs = {k: recipe.get(k) for k in sorted(set(recipe) | set(base)) if recipe.get(k) != base.get(k)}
-        print("  differs from the first condition in: " + (", ".join(f"{k}={v!r}" for k, v in differs.items())
-                                                          if differs else "nothing (it is the first)"
-                                                          if recipe is base else "nothing"))
-    problems = preflight(plan)
+        differs = [f"{k}={flat.get(k)!r}" for k in sorted(set(flat) | set(base)) if flat.get(k) != base.get(k)]
+        shown = ", ".join(differs) or ("nothing (it is the first)" if index == 0 else "nothing")
+        print(f"  differs from the first condition in: {shown}")
+    problems = preflight(plan, recipes)
     for problem in problems:
         print(f"PROBLEM {problem}")
     print(f"pre-flight: {len(problems)} problem(s)")

@@ -315,7 +315,7 @@ def _disjunctions(folded: str, mentions: list[NumberMention], roles: list[str], 
     barred = [False] * len(mentions)
     listed = [i for i, role in enumerate(roles) if role == CANDIDATE]
     run: list[int] = []
-    for k, i in enumerate(listed + [None]):
+    for i in [*listed, None]:
         if i is not None and run and _LIST_GAP.fullmatch(folded[mentions[run[-1]].span[1]:mentions[i].span[0]]):
             run.append(i)
             continue

@@ -20,7 +20,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
 from minimind_trl.fsio import FolderInUseError, lock_folder, sha256_file, unlock_folder
-from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR
+from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.trainer import build, run
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.kinds import get_kind, kind_names
@@ -100,8 +100,8 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
     """Tokenizer, data, plugins, model, initial weights, trainer; the manifest to write."""
     set_seed(recipe["seed"])
     with recipe_key("tokenizer.path"):
-        tokenizer = build.build_tokenizer(recipe)
         tokenizer_dir = build.tokenizer_folder(recipe)
+        tokenizer = load_tokenizer(tokenizer_dir)
     with recipe_key("data"):
         rows, data_info = build.load_split(recipe["data"])
         eval_rows, eval_info = build.load_eval_split(recipe["data"])

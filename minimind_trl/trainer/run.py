@@ -106,8 +106,6 @@ def prepare_run_dir(run_dir: str | os.PathLike, resume: bool, recipe: dict | Non
             )
         run_dir.mkdir(parents=True, exist_ok=True)
         return None
-    if not (run_dir / MANIFEST).is_file():
-        raise RunFolderError(f"--resume: {run_dir} has no {MANIFEST}; there is no run to resume")
     folder = RunFolder(run_dir)
     previous = _readable_manifest(folder)
     if recipe is not None:  # checked before anything is built or written
