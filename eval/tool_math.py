@@ -22,11 +22,10 @@ import datasets
 import evaluate
 import torch
 
-from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
-from minimind_trl.eval.errors import EvalError
 from minimind_trl.eval.metrics import METRIC_DIR, metric_inputs
 from minimind_trl.eval.runner import EvalSettings, evaluate_tasks
 from minimind_trl.fsio import write_json_atomic, write_jsonl_atomic
+from minimind_trl.modeling.checkpoints import CheckpointError, load_checkpoint_tokenizer, load_model, resolve_checkpoint
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = resolve_checkpoint(model_path, args.preset)
         model = load_model(info, device)
-        tokenizer, _, _ = load_eval_tokenizer(info)
-    except EvalError as exc:
+        tokenizer, _, _ = load_checkpoint_tokenizer(info)
+    except CheckpointError as exc:
         sys.exit(f"tool_math.py: {exc}")
 
     # 3. greedy rollouts: the model calls tools, observations are appended, up to max_tool_turns

@@ -63,9 +63,9 @@ from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
 from minimind_trl.fsio import FolderInUseError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.run_folder import RunFolder
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
 from minimind_trl.trainer.recipe import load_recipe
-from minimind_trl.trainer.run_folder import RunFolder
 
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
 # --ablation: the 2x2's other two cells as recipe overrides (GRPO is z-score x per-sequence mean,

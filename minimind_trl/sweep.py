@@ -47,7 +47,7 @@ running anything. A non-empty run folder without a manifest is refused too, unle
 what ``train`` writes before its manifest (``initial_model/``), which is removed. Eval folders are
 built by ``eval`` in ``.staging-<name>/`` and committed whole (:mod:`minimind_trl.eval.folder`); a
 finished one is reused only if it evaluated the same weights (SHA-256) with the same decoding
-settings. Run and eval folders are read through :class:`~minimind_trl.trainer.run_folder.RunFolder`
+settings. Run and eval folders are read through :class:`~minimind_trl.run_folder.RunFolder`
 and :class:`~minimind_trl.eval.folder.EvalFolder`; every command runs through
 :func:`minimind_trl.subprocess_runner.run_cli`. Summary and plots are derived
 files and are rewritten every time. ``--conditions`` limits what is trained and evaluated; the
@@ -79,13 +79,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minimind_trl.eval.checkpoints import resolve_checkpoint
 from minimind_trl.eval.folder import EvalFolder
 from minimind_trl.fsio import DataFormatError, FolderInUseError, folder_lock, write_json_atomic
+from minimind_trl.modeling.checkpoints import resolve_checkpoint
+from minimind_trl.run_folder import RunFolder
 from minimind_trl.subprocess_runner import run_cli
 from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
-from minimind_trl.trainer.run_folder import RunFolder
 
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "e1": ("grpo", "cispo", "dr_grpo", "gspo"),

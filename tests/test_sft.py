@@ -10,7 +10,8 @@ from trl import SFTTrainer
 
 from minimind_trl.data import conversations_to_messages, generate_tasks, gold_trajectory
 from minimind_trl.modeling import MiniMindForCausalLM
-from minimind_trl.sft import (
+from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.trainer.sft import (
     ASSISTANT_HEADER,
     SUMMARY_FILE,
     MiniMindSFTTrainer,
@@ -20,7 +21,6 @@ from minimind_trl.sft import (
     sft_config,
     tokenize_conversation,
 )
-from minimind_trl.tokenization import load_tokenizer
 
 
 def _tool(name, description, **properties):

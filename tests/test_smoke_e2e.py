@@ -25,8 +25,8 @@ from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.eval.checkpoints import resolve_checkpoint
 from minimind_trl.fsio import write_jsonl_atomic
+from minimind_trl.modeling.checkpoints import resolve_checkpoint
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "HF_HUB_OFFLINE": "1",

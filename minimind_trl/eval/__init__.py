@@ -1,7 +1,6 @@
 """Frozen evaluation and statistics.
 
 * :mod:`.runner` — greedy (and sampled pass@k) evaluation of a checkpoint on a frozen split;
-* :mod:`.checkpoints` — checkpoint resolution, SHA256 and loading;
 * :mod:`.metrics` and ``tool_math_metric/`` — the local `evaluate` metric module;
 * :mod:`.stats` — paired / two-level bootstrap CIs, the 2x2 interaction, pass@k;
 * :mod:`.summarize` — statistics against a baseline over several eval folders;
@@ -13,7 +12,6 @@ Heavy modules (model, rollout, matplotlib) are imported only by the submodules t
 """
 
 from minimind_trl.eval.errors import (
-    CheckpointNotFoundError,
     EvalError,
     EvalFolderError,
     OutputDirNotEmptyError,
@@ -34,7 +32,6 @@ from minimind_trl.eval.stats import (
 
 __all__ = [
     "BootstrapResult",
-    "CheckpointNotFoundError",
     "EvalError",
     "EvalFolderError",
     "OutputDirNotEmptyError",

@@ -16,12 +16,13 @@ from minimind_trl.eval.report import write_summary
 from minimind_trl.eval.runner import EvalSettings, run_evaluation
 from minimind_trl.eval.summarize import summarize
 from minimind_trl.fsio import build_directory
+from minimind_trl.modeling.checkpoints import CheckpointError
 
 
 def _guard(command: str, body: Callable[[], int]) -> int:
     try:
         return body()
-    except EvalError as exc:
+    except (EvalError, CheckpointError) as exc:
         print(f"minimind-trl {command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,6 +1,7 @@
 """Errors raised by evaluation, summary and plotting on bad input.
 
-The CLI catches :class:`EvalError`, prints its message on one line and exits with status 2.
+The CLI catches :class:`EvalError` (and the checkpoint loader's
+:class:`~minimind_trl.modeling.checkpoints.CheckpointError`), prints its message on one line and exits with status 2.
 """
 
 from __future__ import annotations
@@ -8,10 +9,6 @@ from __future__ import annotations
 
 class EvalError(Exception):
     """Base class: bad input to `eval`, `summarize` or `plot` (a user error, not a bug)."""
-
-
-class CheckpointNotFoundError(EvalError):
-    """The checkpoint path does not exist or holds no weights."""
 
 
 class OutputDirNotEmptyError(EvalError):

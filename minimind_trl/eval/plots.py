@@ -54,7 +54,7 @@ from minimind_trl.metric_names import (  # noqa: E402
     TRAINING_FIGURES,
     UPDATE,
 )
-from minimind_trl.trainer.run_folder import METRICS  # noqa: E402
+from minimind_trl.run_folder import METRICS  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:

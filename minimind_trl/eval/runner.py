@@ -39,7 +39,6 @@ from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import read_split
 from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import run_registry
-from minimind_trl.eval.checkpoints import CheckpointInfo, load_eval_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
 from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS, EvalFolder
 from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics
@@ -52,8 +51,9 @@ from minimind_trl.fsio import (
     write_json_atomic,
     write_jsonl_atomic,
 )
+from minimind_trl.modeling.checkpoints import CheckpointInfo, load_checkpoint_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.rewards import evaluate_completion
-from minimind_trl.trainer.run_folder import RunFolder
+from minimind_trl.run_folder import RunFolder
 
 MANIFEST_FORMAT = "minimind-trl.eval/1"
 
@@ -252,7 +252,8 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
     tasks, split_info = load_split_tasks(split_dir, split)
     if settings.limit is not None:
         tasks = tasks[: settings.limit]
-    tokenizer, tokenizer_source, tokenizer_sha = load_eval_tokenizer(info, tokenizer_path, allow_tokenizer_mismatch)
+    tokenizer, tokenizer_source, tokenizer_sha = load_checkpoint_tokenizer(info, tokenizer_path,
+                                                                           allow_tokenizer_mismatch)
     model = load_model(info, device)
 
     records = evaluate_tasks(model, tokenizer, tasks, settings, progress=progress)

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import torch
 
-from minimind_trl.eval.checkpoints import load_eval_tokenizer, load_model, resolve_checkpoint
-from minimind_trl.eval.errors import EvalError
+from minimind_trl.modeling.checkpoints import CheckpointError, load_checkpoint_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.modeling.gguf_export import save_gguf
 from minimind_trl.modeling.hub import save_for_hub
 
@@ -54,14 +53,14 @@ def main(argv: list[str]) -> int:
     try:
         info = resolve_checkpoint(source, args.preset)
         model = load_model(info)
-        tokenizer, _, _ = load_eval_tokenizer(info, args.tokenizer, args.allow_tokenizer_mismatch)
+        tokenizer, _, _ = load_checkpoint_tokenizer(info, args.tokenizer, args.allow_tokenizer_mismatch)
         if args.format == "gguf":
             path = save_gguf(model, tokenizer, args.out, args.outtype or "f16", pre=args.gguf_pre, name=args.name)
         else:
             dtype = {None: torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
             path = save_for_hub(model.to(dtype[args.outtype]), tokenizer, args.out, format=args.format,
                                 manifest=manifest)
-    except (EvalError, ValueError, OSError) as exc:
+    except (CheckpointError, ValueError, OSError) as exc:
         print(f"minimind-trl export: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"wrote {args.format} export of {source} to {path}")

@@ -20,6 +20,7 @@ from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
 from minimind_trl.fsio import FolderInUseError, lock_folder, sha256_file, unlock_folder
+from minimind_trl.run_folder import INITIAL_MODEL
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.trainer import build, run
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
@@ -27,7 +28,6 @@ from minimind_trl.trainer.kinds import get_kind, kind_names
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256
 from minimind_trl.trainer.recipe_schema import recipe_key
 from minimind_trl.trainer.run import RunFolderError
-from minimind_trl.trainer.run_folder import INITIAL_MODEL
 
 
 def _parser() -> argparse.ArgumentParser:

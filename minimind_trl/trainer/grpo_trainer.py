@@ -102,16 +102,12 @@ from minimind_trl.metric_names import (
     reward_func_mean_key,
     reward_func_std_key,
 )
+from minimind_trl.modeling.aux_loss import use_minimind_aux_loss
 from minimind_trl.objectives import PolicyBatch, RolloutTotals, compute_advantages, compute_weighted_loss, k3_kl
 from minimind_trl.trainer.checkpoints import AtomicCheckpointMixin
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
-from minimind_trl.trainer.policy_pass import (
-    build_layout,
-    install_shared_forward,
-    supports_shared_forward,
-    use_minimind_aux_loss,
-)
+from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward, supports_shared_forward
 from minimind_trl.trainer.recorder import StepRecorder
 from minimind_trl.trainer.stats import StepAccumulator
 

@@ -45,7 +45,7 @@ from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfi
 from minimind_trl.plugins import load_object
 from minimind_trl.rewards.registry import build_reward_functions, reward_function_names
 from minimind_trl.rewards.reward_model import reward_model_folder_problem
-from minimind_trl.sft import MODES as SFT_MODES, MiniMindSFTTrainer, build_sft_dataset
+from minimind_trl.run_folder import METRICS
 from minimind_trl.trainer.callbacks import EVAL_METRICS_FILE, EvalLogCallback, LogHistoryCallback
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
@@ -65,7 +65,7 @@ from minimind_trl.trainer.recipe_schema import (
     one_of,
     recipe_key,
 )
-from minimind_trl.trainer.run_folder import METRICS
+from minimind_trl.trainer.sft import MODES as SFT_MODES, MiniMindSFTTrainer, build_sft_dataset
 
 # ----------------------------------------------------------------------------------- the type
 
@@ -392,7 +392,7 @@ def sft_config(recipe: dict, run_dir: str) -> SFTConfig:
 
 
 def sft_dataset(rows: list[dict], tokenizer, max_length: int, mode: str = "sft", pack: bool = False) -> Dataset:
-    """SFT rows (``conversations``) as ``input_ids`` + ``assistant_masks`` (see ``minimind_trl.sft``:
+    """SFT rows (``conversations``) as ``input_ids`` + ``assistant_masks`` (see ``minimind_trl.trainer.sft``:
     the loss covers each assistant turn from after ``<|im_start|>assistant\\n`` through its
     ``<|im_end|>``; rows longer than ``max_length`` are dropped and counted, never truncated).
     ``mode="pretrain"``: ``{"text"}`` rows as ``<|im_start|>`` + text + ``<|im_end|>``, the text cut
@@ -418,7 +418,7 @@ def _check_sft(recipe: dict, raw: dict) -> None:
 
 
 def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
-    """:class:`~minimind_trl.sft.MiniMindSFTTrainer` on the pre-tokenized rows, ``metrics.jsonl`` logged."""
+    """:class:`~minimind_trl.trainer.sft.MiniMindSFTTrainer` on the pre-tokenized rows, ``metrics.jsonl`` logged."""
     trainer = MiniMindSFTTrainer(
         model=model, args=config, train_dataset=_sft_data(recipe, rows, tokenizer),
         eval_dataset=None if eval_rows is None else _sft_data(recipe, eval_rows, tokenizer),

@@ -1,6 +1,6 @@
 """Run folders: refusal to overwrite, manifest, status, resume, final weights, stop on non-finite.
 
-The folder's layout, states and reading are :mod:`minimind_trl.trainer.run_folder` (:class:`RunFolder`);
+The folder's layout, states and reading are :mod:`minimind_trl.run_folder` (:class:`RunFolder`);
 this module writes it. Every file that matters is written atomically and every folder (checkpoints,
 ``initial_model/``, ``final/``, ``adapter/``) is committed whole by
 :func:`minimind_trl.fsio.commit_directory`: built in ``.staging-NAME``, the old folder renamed to
@@ -38,10 +38,7 @@ from minimind_trl.fsio import (
 )
 from minimind_trl.modeling.hub import write_hub_folder
 from minimind_trl.modeling.modeling_minimind import MiniMindForCausalLM
-from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
-from minimind_trl.trainer.recipe import one_line, recipe_sha256
-from minimind_trl.trainer.recorder import truncate_metrics
-from minimind_trl.trainer.run_folder import (
+from minimind_trl.run_folder import (
     MANIFEST,
     SAVE_LEFTOVERS,
     START_LEFTOVERS,
@@ -49,6 +46,9 @@ from minimind_trl.trainer.run_folder import (
     RunFolder,
     checkpoint_step,
 )
+from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
+from minimind_trl.trainer.recipe import one_line, recipe_sha256
+from minimind_trl.trainer.recorder import truncate_metrics
 
 __all__ = [
     "CheckFiniteWeights", "RunFolderError", "StopAtMaxSteps", "abort_start", "apply_umask", "completed_run",

@@ -13,9 +13,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.eval.checkpoints import CheckpointInfo
 from minimind_trl.eval.cli import eval_main
-from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError, OutputDirNotEmptyError
+from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
 from minimind_trl.eval.metrics import compute_metrics, per_question_values
 from minimind_trl.eval.runner import (
     EvalSettings,
@@ -28,6 +27,7 @@ from minimind_trl.eval.runner import (
 from minimind_trl.eval.stats import pass_at_k
 from minimind_trl.fsio import sha256_file
 from minimind_trl.modeling import MiniMindForCausalLM, save_native_checkpoint
+from minimind_trl.modeling.checkpoints import CheckpointInfo, CheckpointNotFoundError
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer, load_tokenizer
 
 SETTINGS = EvalSettings(batch_size=4, max_new_tokens=10, max_tool_turns=1)

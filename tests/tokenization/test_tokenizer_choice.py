@@ -12,9 +12,8 @@ import yaml
 from helpers import tiny_model, write_recipe
 
 from minimind_trl.data.generator import generate_tasks
-from minimind_trl.eval.checkpoints import load_eval_tokenizer, resolve_checkpoint
-from minimind_trl.eval.errors import EvalError
 from minimind_trl.modeling import cli as export_cli
+from minimind_trl.modeling.checkpoints import CheckpointError, load_checkpoint_tokenizer, resolve_checkpoint
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, build_tokenizer, load_tokenizer
 from minimind_trl.tokenization.loading import (
     TokenizerMismatchError,
@@ -86,11 +85,11 @@ def test_training_with_another_tokenizer_runs_when_opted_in(start, split_dir, tm
 
 def test_eval_and_export_refuse_another_tokenizer_unless_opted_in(start, tmp_path, capsys):
     info = resolve_checkpoint(start)
-    _, source, _ = load_eval_tokenizer(info)
+    _, source, _ = load_checkpoint_tokenizer(info)
     assert source == str(start)
-    with pytest.raises(EvalError, match="differs from the tokenizer of the model folder"):
-        load_eval_tokenizer(info, DEFAULT_TOKENIZER_DIR)
-    _, source, _ = load_eval_tokenizer(info, DEFAULT_TOKENIZER_DIR, allow_mismatch=True)
+    with pytest.raises(CheckpointError, match="differs from the tokenizer of the model folder"):
+        load_checkpoint_tokenizer(info, DEFAULT_TOKENIZER_DIR)
+    _, source, _ = load_checkpoint_tokenizer(info, DEFAULT_TOKENIZER_DIR, allow_mismatch=True)
     assert source == str(DEFAULT_TOKENIZER_DIR)
     assert export_cli.main([str(start), str(tmp_path / "out"), "--tokenizer", str(DEFAULT_TOKENIZER_DIR)]) == 2
     assert "differs from the tokenizer" in capsys.readouterr().err

@@ -46,11 +46,11 @@ from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.metric_names import REWARD_MEAN, ROLLOUT, UPDATE
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.objectives import compute_advantages
+from minimind_trl.run_folder import METRICS
 from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import validate_recipe
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import save_initial_model
-from minimind_trl.trainer.run_folder import METRICS
 
 SEED = 0
 ROLLOUTS = 8  # 8 rollouts x K = 2 updates = 16 optimizer steps

@@ -22,11 +22,11 @@ from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import save_for_hub
+from minimind_trl.run_folder import ADAPTER, FINAL_MODEL
 from minimind_trl.trainer import cli, kinds
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, read_recipe_file, validate_recipe
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
-from minimind_trl.trainer.run_folder import ADAPTER, FINAL_MODEL
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ALL = sorted(RECIPES.rglob("*.yaml"))

@@ -8,7 +8,7 @@ import pytest
 
 from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
 from minimind_trl.fsio import DataFormatError, aside_path, staging_path
-from minimind_trl.trainer.run_folder import (
+from minimind_trl.run_folder import (
     FINAL_MODEL,
     MANIFEST,
     START_LEFTOVERS,

@@ -18,10 +18,10 @@ from huggingface_hub.constants import HF_HOME
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from minimind_trl.fsio import aside_path
+from minimind_trl.run_folder import RunFolder
 from minimind_trl.trainer import run
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status
-from minimind_trl.trainer.run_folder import RunFolder
 
 
 @pytest.fixture

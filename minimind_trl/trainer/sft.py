@@ -52,7 +52,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
 from minimind_trl.data import conversations_to_messages
-from minimind_trl.trainer.policy_pass import use_minimind_aux_loss
+from minimind_trl.modeling.aux_loss import use_minimind_aux_loss
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Checkpoint resolution, hashing and loading for evaluation.
+"""Checkpoint resolution, hashing and loading (evaluation, export and the lm-eval task use it).
 
 A checkpoint is either
 
@@ -23,13 +23,20 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError
 from minimind_trl.fsio import sha256_file
 from minimind_trl.modeling import get_preset, load_native_checkpoint  # importing modeling registers the Auto classes
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.tokenization.loading import resolve_tokenizer_folder
 
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+class CheckpointError(Exception):
+    """A checkpoint (or the tokenizer chosen for it) cannot be used: a user error, reported on one line."""
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """The checkpoint path does not exist or holds no weights."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def resolve_checkpoint(path: str | os.PathLike, preset: str | None = None) -> Ch
         if p.suffix != ".pth":
             raise CheckpointNotFoundError(f"{p}: a checkpoint file must be a native MiniMind .pth")
         if not preset:
-            raise EvalError(f"{p} is a native .pth checkpoint: give its config with --preset (e.g. minimind-3)")
+            raise CheckpointError(f"{p} is a native .pth checkpoint: give its config with --preset (e.g. minimind-3)")
         return CheckpointInfo(p, "native", {p.name: sha256_file(p)}, preset)
     if not (p / "config.json").is_file():
         raise CheckpointNotFoundError(f"{p} is not a Hub-format checkpoint folder (no config.json)")
@@ -78,17 +85,18 @@ def load_model(info: CheckpointInfo, device: str = "cpu"):
         try:
             config = get_preset(info.preset)
         except ValueError as exc:
-            raise EvalError(str(exc)) from None
+            raise CheckpointError(str(exc)) from None
         try:
             model = load_native_checkpoint(info.path, config)
         except (RuntimeError, ValueError, KeyError) as exc:
-            raise EvalError(f"{info.path} does not fit preset {info.preset!r}: {str(exc).splitlines()[0]}") from None
+            first_line = str(exc).splitlines()[0]
+            raise CheckpointError(f"{info.path} does not fit preset {info.preset!r}: {first_line}") from None
     else:
         model = AutoModelForCausalLM.from_pretrained(str(info.path), dtype=torch.float32)
     return model.to(device=device, dtype=torch.float32).eval()
 
 
-def load_eval_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike | None = None,
+def load_checkpoint_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike | None = None,
                         allow_mismatch: bool = False):
     """(tokenizer, source folder or None for the packaged one, tokenizer.json SHA256), chosen by
     :func:`~minimind_trl.tokenization.loading.resolve_tokenizer_folder`: a Hub folder's own tokenizer
@@ -99,7 +107,7 @@ def load_eval_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike 
         folder = resolve_tokenizer_folder(info.path if info.kind == "hub" else None, tokenizer_path, allow_mismatch)
         tokenizer = load_tokenizer(folder)
     except (FileNotFoundError, ValueError) as exc:
-        raise EvalError(str(exc)) from None
+        raise CheckpointError(str(exc)) from None
     if info.kind == "native" and folder is None:
         print(f"note: {info.path} carries no tokenizer: using the packaged one; for upstream MiniMind weights "
               "pass --tokenizer with upstream's tokenizer folder", file=sys.stderr)

@@ -4,8 +4,7 @@ import hashlib
 
 import pytest
 
-from minimind_trl.eval.checkpoints import resolve_checkpoint
-from minimind_trl.eval.errors import CheckpointNotFoundError, EvalError
+from minimind_trl.modeling.checkpoints import CheckpointError, CheckpointNotFoundError, resolve_checkpoint
 
 
 def test_single_weight_file_hash_is_file_sha(tmp_path):
@@ -31,7 +30,7 @@ def test_sharded_hash_is_sha_of_sorted_listing(tmp_path):
 def test_native_pth_needs_preset(tmp_path):
     pth = tmp_path / "full_sft_768.pth"
     pth.write_bytes(b"not really torch")
-    with pytest.raises(EvalError, match="--preset"):
+    with pytest.raises(CheckpointError, match="--preset"):
         resolve_checkpoint(pth)
     info = resolve_checkpoint(pth, preset="minimind-3")
     assert info.kind == "native" and info.sha256 == hashlib.sha256(b"not really torch").hexdigest()
