@@ -40,8 +40,11 @@ the rest from how long this machine took for those two stages against the refere
 (:data:`REFERENCE_SECONDS`, 2 idle cores) and prints the projection. It shortens the RL stage to fit
 its budget (:data:`DEFAULT_BUDGET_MIN` minutes unless ``--budget MINUTES``): fewer rollouts per run
 (not below 2), then 2 RL seeds; what it chose is printed and recorded in ``timings.json``
-(``plan``), and ``--resume`` keeps that plan. The full recipe (60 rollouts, the setting that raised
-greedy success) takes about 12 minutes per run on 2 cores; ``--full-rl`` runs it whole.
+(``plan``), and ``--resume`` keeps that plan; a resume that asks for another one (another
+``--budget``, ``--full-rl``, ``--seeds``) is refused. A finished RL run is reused only when it ran
+the recipe this call would run (the sweep's rule, ``recipe_sha256``). The full recipe (60
+rollouts, the setting that raised greedy success) takes about 12 minutes per run on 2 cores;
+``--full-rl`` runs it whole.
 """
 
 from __future__ import annotations
@@ -63,9 +66,9 @@ from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
 from minimind_trl.fsio import FolderInUseError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
-from minimind_trl.run_folder import RunFolder
+from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
-from minimind_trl.trainer.recipe import load_recipe
+from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
 # --ablation: the 2x2's other two cells as recipe overrides (GRPO is z-score x per-sequence mean,
@@ -241,18 +244,29 @@ def stage_tokenizer(out: Path, resume: bool) -> Path:
 
 
 def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume: bool) -> Path:
+    """Train ``recipe`` with ``overrides`` into ``out/runs/NAME``. With ``resume``, a folder is
+    reused by the sweep's rule (:meth:`RunFolder.reuse_action`): a finished run of the same resolved
+    recipe (``recipe_sha256``) is kept, an interrupted one resumed, one of another recipe refused."""
     run_dir = out / "runs" / name
-    if _training_done(run_dir):
-        if resume:
-            _log(f"{name}: already trained, skipping")
-            return RunFolder(run_dir).final_dir
-        raise DemoError(f"{run_dir} already holds a finished run; use --resume or a new --output-dir")
+    try:
+        resolved = load_recipe(recipe, overrides)
+        action = RunFolder(run_dir).reuse_action(resolved, recipe_sha256(resolved))
+    except RecipeError as exc:
+        raise DemoError(f"{recipe}: {exc}") from None
+    except RunFolderConflict as exc:
+        raise DemoError(f"{exc}; a demo folder holds one recipe per run: use a new --output-dir") from None
+    started = run_dir.is_dir() and any(run_dir.iterdir())
+    if started and not resume:
+        raise DemoError(f"{run_dir} is not empty; use --resume or a new --output-dir")
+    if action == "skip":
+        _log(f"{name}: already trained with this recipe, skipping")
+        return RunFolder(run_dir).final_dir
+    if action == "stopped":
+        raise DemoError(f"{run_dir} stopped on a non-finite value (see its status.json); delete it to train again")
     args = ["train", str(recipe), "--output-dir", str(run_dir)]
     for item in overrides:
         args += ["--set", item]
-    if run_dir.exists() and any(run_dir.iterdir()):
-        if not resume:
-            raise DemoError(f"{run_dir} is not empty; use --resume or a new --output-dir")
+    if started:  # interrupted, or killed before its manifest: train resumes or clears it
         args.append("--resume")
     _run(args, out / "logs" / f"train_{name}.log")
     return RunFolder(run_dir).final_dir
@@ -386,12 +400,24 @@ def _timed(timings: Timings, stage: str, work):
     return result
 
 
+def _plan_request(wanted: RLPlan, budget_min: float | None) -> str:
+    """What a demo call asked of the RL stage, in words (for the resume check)."""
+    fitted = f"fitted to --budget {budget_min:g}" if budget_min is not None else "not fitted to a budget"
+    return f"{wanted.rl_rollouts} rollouts x {wanted.rl_seeds} seeds per condition, {fitted}"
+
+
 def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditions: int, budget_min: float | None,
              elapsed: float, full_size: bool) -> RLPlan:
     rollouts = rl_recipe().rollouts if size.rl_rollouts is None else size.rl_rollouts
     wanted = RLPlan(rollouts, size.rl_seeds if num_seeds is None else num_seeds)
-    if "plan" in timings.data:  # --resume: keep the plan the run started with
-        kept = RLPlan(**timings.data["plan"]["chosen"])
+    if "plan" in timings.data:  # --resume: keep the plan the run started with, if this call asks for the same
+        recorded = timings.data["plan"]
+        asked_before = (RLPlan(**recorded["wanted"]), recorded.get("budget_min"))
+        if asked_before != (wanted, budget_min):
+            raise DemoError(f"{timings.path.parent} was started with {_plan_request(*asked_before)}; this call asks "
+                            f"for {_plan_request(wanted, budget_min)}, and its RL runs would mix two plans: resume "
+                            "with the options it started with, or use a new --output-dir")
+        kept = RLPlan(**recorded["chosen"])
         _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition (kept from {timings.path})")
         return kept
     base = [timings.seconds("pretrain"), timings.seconds("sft")]

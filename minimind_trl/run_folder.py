@@ -64,6 +64,10 @@ def checkpoint_step(checkpoint: str | os.PathLike) -> int:
     return int(Path(checkpoint).name.rsplit("-", 1)[1])
 
 
+class RunFolderConflict(Exception):
+    """A folder a driver would train into holds something it must not reuse or overwrite."""
+
+
 @dataclass(frozen=True)
 class ToolSetup:
     """The tools a GRPO run trained with: ``rollout.tools`` (plugins beyond the built-ins) and
@@ -174,6 +178,28 @@ class RunFolder:
         except DataFormatError:
             return None
         return None if manifest is None else manifest.get("recipe_sha256")
+
+    def reuse_action(self, recipe: dict, recipe_sha256: str) -> str:
+        """What a driver (sweep, demo) does with this folder to get a finished run of ``recipe``:
+        ``train`` (nothing there yet), ``skip`` (completed), ``resume`` (interrupted) or ``stopped``
+        (stopped on a non-finite value; not retried). The one reuse rule: a folder is reused only
+        when its manifest's ``recipe_sha256`` equals ``recipe_sha256`` (the resolved recipe this call
+        would run); otherwise :class:`RunFolderConflict` names the top-level fields that differ. A
+        folder that is not a run folder is a conflict too."""
+        state = self.state()
+        if state in ("new", "pre_manifest"):
+            return "train"
+        if state == "foreign":
+            raise RunFolderConflict(f"{self.path}: not empty and not a run folder (no {MANIFEST}); refusing to "
+                                    "touch it")
+        if self.recipe_sha256() != recipe_sha256:
+            try:
+                old = (self.manifest() or {}).get("recipe") or {}
+            except DataFormatError:
+                raise RunFolderConflict(f"{self.path}: its {MANIFEST} is unreadable; refusing to reuse it") from None
+            changed = sorted(k for k in set(old) | set(recipe) if old.get(k) != recipe.get(k))
+            raise RunFolderConflict(f"{self.path}: ran a different recipe (differs in {changed})")
+        return {"completed": "skip", "interrupted": "resume", "stopped": "stopped"}[state]
 
     def tool_setup(self) -> ToolSetup | None:
         """The tools of the GRPO run recorded in the manifest's resolved recipe (``rollout.tools``,

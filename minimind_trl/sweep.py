@@ -43,7 +43,8 @@ manifest but no completed status (killed or interrupted) is resumed with ``--res
 newest checkpoint; one that stopped on a non-finite value is reported and left alone. A run folder
 is reused only if its manifest's ``recipe_sha256`` equals the recipe the sweep would run now (same
 recipe file, data, checkpoint, seed and ``--set`` values); otherwise the sweep refuses before
-running anything. A non-empty run folder without a manifest is refused too, unless it holds only
+running anything. That rule is :meth:`~minimind_trl.run_folder.RunFolder.reuse_action`, which the
+demo follows too. A non-empty run folder without a manifest is refused too, unless it holds only
 what ``train`` writes before its manifest (``initial_model/``), which is removed. Eval folders are
 built by ``eval`` in ``.staging-<name>/`` and committed whole (:mod:`minimind_trl.eval.folder`); a
 finished one is reused only if it evaluated the same weights (SHA-256) with the same decoding
@@ -80,9 +81,9 @@ from pathlib import Path
 from typing import Any
 
 from minimind_trl.eval.folder import EvalFolder
-from minimind_trl.fsio import DataFormatError, FolderInUseError, folder_lock, write_json_atomic
+from minimind_trl.fsio import FolderInUseError, folder_lock, write_json_atomic
 from minimind_trl.modeling.checkpoints import resolve_checkpoint
-from minimind_trl.run_folder import RunFolder
+from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import run_cli
 from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
@@ -244,14 +245,6 @@ def sweep_overrides(data: str, sft: str, seed: int, user: list[str]) -> list[str
 # ----------------------------------------------------------------------------------- planning
 
 
-def _run_manifest(run_dir: str | Path) -> dict:
-    """The run's manifest, or {} when it has none or it is unreadable."""
-    try:
-        return RunFolder(run_dir).manifest() or {}
-    except (OSError, DataFormatError):
-        return {}
-
-
 def run_state(run_dir: Path) -> str:
     """``new``, ``completed``, ``stopped``, ``interrupted`` (manifest, not completed),
     ``pre_manifest`` (only what train writes before its manifest) or ``foreign``
@@ -286,11 +279,12 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
             except (RecipeError, FileNotFoundError) as exc:
                 raise SweepError(f"{recipe_path}: {exc}") from None
             cond.recipe_sha256 = recipe_sha256(recipe)
-            state = run_state(Path(cond.run_dir))
-            manifest = _run_manifest(cond.run_dir)
+            try:
+                action = RunFolder(cond.run_dir).reuse_action(recipe, cond.recipe_sha256)
+            except RunFolderConflict as exc:
+                action, conflict = None, str(exc)
             if condition not in selected:
-                cond.action = "other" if state == "completed" and manifest.get("recipe_sha256") == cond.recipe_sha256 \
-                    else "stale"
+                cond.action = "other" if action == "skip" else "stale"
                 if cond.action == "other":
                     try:
                         eval_done(Path(cond.eval_dir), RunFolder(cond.run_dir).final_dir, settings)
@@ -298,18 +292,10 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
                         cond.action = "stale"
                 plan.conditions.append(cond)
                 continue
-            if state in ("completed", "interrupted", "stopped") and manifest.get("recipe_sha256") != cond.recipe_sha256:
-                old = manifest.get("recipe", {})
-                changed = sorted(k for k in set(old) | set(recipe) if old.get(k) != recipe.get(k))
-                problems.append(f"{cond.run_dir}: ran a different recipe (differs in {changed}); "
-                                "use another --output-dir or the same --set values")
+            if action is None:
+                problems.append(f"{conflict}; use another --output-dir (or the same --set values)")
                 continue
-            if state == "foreign":
-                problems.append(f"{cond.run_dir}: not empty and not a run folder (no manifest.json); "
-                                "refusing to touch it")
-                continue
-            cond.action = {"new": "train", "pre_manifest": "train", "completed": "skip",
-                           "interrupted": "resume", "stopped": "stopped"}[state]
+            cond.action = action
             plan.conditions.append(cond)
     checks = [(Path(plan.sft), Path(out, "eval", name, BASELINE))]
     for cond in plan.conditions:

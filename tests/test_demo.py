@@ -5,7 +5,8 @@ import json
 import pytest
 
 from minimind_trl import demo
-from minimind_trl.trainer.recipe import load_recipe
+from minimind_trl.run_folder import RunFolder
+from minimind_trl.trainer.recipe import load_recipe, recipe_sha256
 
 
 @pytest.mark.slow
@@ -126,8 +127,12 @@ def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_p
     saved = json.loads((tmp_path / demo.TIMINGS_FILE).read_text())["plan"]
     assert saved["speed_factor"] == 2.0 and saved["budget_min"] == 30.0
     assert "--budget 30 min" in capsys.readouterr().out
-    again = demo._plan_rl(demo.Timings(tmp_path), demo.SIZES["full"], None, 4, None, 0.0, full_size=True)
+    again = demo._plan_rl(demo.Timings(tmp_path), demo.SIZES["full"], None, 4, 30.0, 0.0, full_size=True)
     assert again == plan  # --resume keeps the plan the run started with
+    # ... and refuses to mix it with another: --full-rl (no budget), another budget, more seeds
+    for seeds, budget in ((None, None), (None, 45.0), (4, 30.0)):
+        with pytest.raises(demo.DemoError, match="would mix two plans"):
+            demo._plan_rl(demo.Timings(tmp_path), demo.SIZES["full"], seeds, 4, budget, 0.0, full_size=True)
 
 
 def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
@@ -172,3 +177,23 @@ def test_the_full_demo_fits_its_default_budget_unless_full_rl_is_asked(monkeypat
     assert seen == [demo.DEFAULT_BUDGET_MIN, 45.0, None, None]
     with pytest.raises(SystemExit):
         demo.main(["--output-dir", str(tmp_path / "d"), "--budget", "20", "--full-rl"])
+
+
+def test_a_resumed_demo_reuses_a_finished_run_only_for_the_same_recipe(tmp_path):
+    """A completed RL run of another recipe (here: a budget plan's shorter max_steps) is refused on
+    --resume, naming the field, instead of being reused as if it were this call's run."""
+    out, sft, splits, tok = tmp_path / "demo", tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
+    recipe = demo.RECIPE_DIR / "rl.yaml"
+    full = demo.rl_overrides(sft, splits, tok, ("objective.preset=grpo",), 42)
+    shorter = demo.rl_overrides(sft, splits, tok, ("objective.preset=grpo",), 42, rollouts=3)
+    run = RunFolder(out / "runs" / "grpo_seed42")
+    resolved = load_recipe(recipe, shorter)
+    run.final_dir.mkdir(parents=True)
+    (run.final_dir / "config.json").write_text("{}")
+    run.manifest_path.write_text(json.dumps({"recipe_sha256": recipe_sha256(resolved), "recipe": resolved}))
+    run.status_path.write_text(json.dumps({"state": "completed"}))
+    assert demo.stage_train(out, "grpo_seed42", recipe, shorter, resume=True) == run.final_dir
+    with pytest.raises(demo.DemoError, match=r"ran a different recipe \(differs in \['training'\]\)"):
+        demo.stage_train(out, "grpo_seed42", recipe, full, resume=True)
+    with pytest.raises(demo.DemoError, match="use --resume"):
+        demo.stage_train(out, "grpo_seed42", recipe, shorter, resume=False)

@@ -14,6 +14,7 @@ from minimind_trl.run_folder import (
     START_LEFTOVERS,
     STATUS,
     RunFolder,
+    RunFolderConflict,
     ToolSetup,
 )
 
@@ -48,6 +49,35 @@ def test_states(tmp_path):
     file = tmp_path / "file"
     file.write_text("x")
     assert RunFolder(file).state() == "foreign"
+
+
+def test_reuse_action_is_one_rule_keyed_by_the_recipe_hash(tmp_path):
+    """Sweep and demo reuse a folder only for the same resolved recipe: completed -> skip,
+    interrupted -> resume, stopped -> stopped; another recipe or a foreign folder is a conflict that
+    names the fields that differ."""
+    recipe = {"kind": "grpo", "seed": 42, "training": {"max_steps": 60}}
+    run = RunFolder(tmp_path / "run")
+    assert run.reuse_action(recipe, "h60") == "train"
+    for name in START_LEFTOVERS:
+        (run.path / name).mkdir(parents=True)
+    assert run.reuse_action(recipe, "h60") == "train"
+    _write(run.manifest_path, {"recipe_sha256": "h60", "recipe": recipe})
+    assert run.reuse_action(recipe, "h60") == "resume"
+    _write(run.status_path, {"state": "stopped"})
+    assert run.reuse_action(recipe, "h60") == "stopped"
+    _write(run.status_path, {"state": "completed"})
+    _write(run.final_dir / "config.json", {})
+    assert run.reuse_action(recipe, "h60") == "skip"
+    shorter = {**recipe, "training": {"max_steps": 12}}
+    with pytest.raises(RunFolderConflict, match=r"ran a different recipe \(differs in \['training'\]\)"):
+        run.reuse_action(shorter, "h12")
+    run.manifest_path.write_text("{not json")
+    with pytest.raises(RunFolderConflict, match="unreadable"):
+        run.reuse_action(recipe, "h60")
+    stray = RunFolder(tmp_path / "stray")
+    _write(stray.path / "notes.txt", "x")
+    with pytest.raises(RunFolderConflict, match="not a run folder"):
+        stray.reuse_action(recipe, "h60")
 
 
 def test_checkpoints_and_of_checkpoint(tmp_path):
