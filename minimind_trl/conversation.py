@@ -136,10 +136,11 @@ def conversations_to_messages(conversations: list[dict]) -> tuple[list[dict], li
 
 
 def is_placeholder(message: dict) -> bool:
-    """An assistant message with no content and no tool calls (the upstream layout's empty answer
-    slot after a task's question). Works on both forms: any empty ``tool_calls`` value
-    (``None``, ``""``, ``[]``, a JSON string of ``[]``) counts as none."""
-    if message.get("role") != "assistant" or message.get("content"):
+    """An assistant message with no content, no reasoning and no tool calls (the upstream layout's
+    empty answer slot after a task's question). Works on both forms: any empty ``tool_calls`` value
+    (``None``, ``""``, ``[]``, a JSON string of ``[]``) counts as none. The one placeholder rule:
+    task prompts drop trailing placeholders, SFT refuses a row that holds one."""
+    if message.get("role") != "assistant" or message.get("content") or message.get("reasoning_content"):
         return False
     calls = message.get("tool_calls")
     if isinstance(calls, str) and calls:

@@ -50,11 +50,11 @@ def test_task_prompt_rule():
     none_filled = {"role": "assistant", "content": None, "tool_calls": None}  # as datasets reads it back
     assert task_prompt({"conversations": base + [none_filled]}) == expected
     assert task_prompt({"conversations": base}) == expected
-    # Two placeholders: both go (data.formats.task_prompt used to drop only one; training, which
-    # cut one in the dataset builder and the rest when rendering, and evaluation dropped both).
+    # Two placeholders: both go (data.formats.row_task_prompt, once named task_prompt, used to drop only one;
+    # training cut one in the dataset builder and the rest when rendering, and evaluation dropped both).
     two = base + [{"role": "assistant", "content": ""}, {"role": "assistant"}]
     assert task_prompt({"conversations": two}) == expected
-    assert formats.task_prompt({"conversations": two}) == expected
+    assert formats.row_task_prompt({"conversations": two}) == expected
     # An assistant turn with calls and no content is not a placeholder: evaluation always kept it
     # (trainer/build.grpo_dataset and data/gold.py still cut it before rendering: they move to
     # prompt_turns in the final pass).
@@ -83,6 +83,7 @@ def test_is_placeholder():
     assert not is_placeholder({"role": "assistant", "content": "x"})
     assert not is_placeholder({"role": "assistant", "tool_calls": encode_tool_calls(CALLS)})
     assert not is_placeholder({"role": "assistant", "tool_calls": "[not json"})
+    assert not is_placeholder({"role": "assistant", "content": "", "reasoning_content": "3*7 is 21"})
 
 
 def test_tool_calls_round_trip_and_errors_name_the_field():
@@ -100,13 +101,13 @@ def test_tool_calls_round_trip_and_errors_name_the_field():
 
 def test_data_layer_errors_name_file_line_and_field():
     with pytest.raises(DataFormatError) as info:
-        formats.conversations_to_messages([dict(SYSTEM, tools="[oops"), USER], "f.jsonl", 3)
+        formats.row_messages([dict(SYSTEM, tools="[oops"), USER], "f.jsonl", 3)
     assert info.value.field == "conversations[0].tools" and "f.jsonl:3" in str(info.value)
     with pytest.raises(DataFormatError) as info:
-        formats.task_prompt({"conversations": "nope"}, "f.jsonl", 4)
+        formats.row_task_prompt({"conversations": "nope"}, "f.jsonl", 4)
     assert info.value.field == "conversations"
     deep = '[{"name": "a", "arguments": {"x": ' + "[" * 40 + "]" * 40 + "}}]"
     with pytest.raises(DataFormatError) as info:  # the data layer parses with its bounded reader
-        formats.decode_tool_calls(deep, "meta.calls", "f.jsonl", 5)
+        formats.row_tool_calls(deep, "meta.calls", "f.jsonl", 5)
     assert info.value.kind == "too_deep"
     assert decode_tool_calls(deep)[0]["name"] == "a"  # the schema alone has no depth bound

@@ -8,7 +8,7 @@ import pytest
 import torch
 from trl import SFTTrainer
 
-from minimind_trl.data import conversations_to_messages, generate_tasks, gold_trajectory
+from minimind_trl.data import generate_tasks, gold_trajectory, row_messages
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.sft import (
@@ -80,7 +80,7 @@ def _ids(tok, text):
 
 def expected_mask(tok, conversations):
     """The assistant mask from token counts of template-rendered prefixes (no id scanning)."""
-    messages, tools = conversations_to_messages(conversations)
+    messages, tools = row_messages(conversations)
     render = lambda msgs: tok.apply_chat_template(msgs, tools=tools, tokenize=False)  # noqa: E731
     full = _ids(tok, render(messages))
     mask = [0] * len(full)

@@ -2,7 +2,7 @@
 
 * :mod:`~minimind_trl.data.generator` -- ``generate_tasks(num_tasks, seed, ...)``;
 * :mod:`~minimind_trl.data.gold` -- ``gold_trajectory(task, registry)``;
-* :mod:`~minimind_trl.data.formats` -- ``conversations_to_messages(conversations)``, ``task_prompt(task)``
+* :mod:`~minimind_trl.data.formats` -- ``row_messages(conversations)``, ``row_task_prompt(task)``
   (the schema of :mod:`minimind_trl.conversation`, errors naming file and line);
 * :mod:`~minimind_trl.data.splits` -- ``prepare_splits(...)``, ``load_splits(folder)``;
 * :mod:`~minimind_trl.data.manifest` -- ``verify_manifest`` (``sha256_file``, ``write_json_atomic``
@@ -11,7 +11,7 @@
 """
 
 from minimind_trl.conversation import encode_tool_calls
-from minimind_trl.data.formats import conversations_to_messages, decode_tool_calls, task_prompt
+from minimind_trl.data.formats import row_messages, row_task_prompt, row_tool_calls
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.manifest import verify_manifest
@@ -20,8 +20,8 @@ from minimind_trl.data.validation import GenerationError, validate_task_row
 from minimind_trl.fsio import DataError, DataFormatError, sha256_file, write_json_atomic, write_jsonl_atomic
 
 __all__ = [
-    "DataError", "DataFormatError", "GenerationError", "conversations_to_messages", "decode_tool_calls",
+    "DataError", "DataFormatError", "GenerationError", "row_messages", "row_tool_calls",
     "encode_tool_calls", "generate_tasks", "gold_trajectory", "load_splits", "normalize_task_row",
     "prepare_splits", "sha256_file", "validate_task_row", "verify_manifest", "write_json_atomic",
-    "task_prompt", "write_jsonl_atomic",
+    "row_task_prompt", "write_jsonl_atomic",
 ]

@@ -16,7 +16,7 @@ import json
 
 from minimind_trl.conversation import encode_tool_calls, prompt_turns
 from minimind_trl.data import templates as T
-from minimind_trl.data.formats import decode_tool_calls
+from minimind_trl.data.formats import row_tool_calls
 from minimind_trl.data.validation import validate_task_row
 from minimind_trl.fsio import DataError, DataFormatError, iter_jsonl, sha256_text
 
@@ -62,7 +62,7 @@ def gold_trajectory(task: dict, registry) -> dict:
     meta = task.get("meta") or {}
     if not meta.get("calls"):
         raise DataError(f"task {task_id}: no reference calls (meta.calls); gold trajectories need generated tasks")
-    calls = decode_tool_calls(meta["calls"], "meta.calls")
+    calls = row_tool_calls(meta["calls"], "meta.calls")
     gt = [str(value) for value in task["gt"]]
     if len(calls) != len(gt):
         raise DataError(f"task {task_id}: {len(calls)} reference calls but {len(gt)} GT values")

@@ -29,6 +29,7 @@ _TRL_OPTIONS_REPLACED: dict[str, tuple[object, str]] = {
     "use_vllm": (False, "the project's own rollout engine (vLLM is not supported in training: vLLM pins an older "
                         "transformers than the project needs, and the exact old-log-prob replay assumes one engine)"),
 }
+ROLLOUT_ENGINES = ("minimind", "trl")  # rollout.engine / rollout_engine: our decode loop or TRL's generate
 _GENERATION_OPTIONS = frozenset({"use_vllm"})
 _TRL_DEFAULT_EPSILON = 0.2
 
@@ -158,8 +159,8 @@ class MiniMindGRPOConfig(GRPOConfig):
                 f"steps_per_generation ({self.steps_per_generation}) must equal gradient_accumulation_steps "
                 f"({self.gradient_accumulation_steps}): each optimizer step uses the whole rollout once"
             )
-        if self.rollout_engine not in ("minimind", "trl"):
-            raise ValueError(f"rollout_engine must be 'minimind' or 'trl', got {self.rollout_engine!r}")
+        if self.rollout_engine not in ROLLOUT_ENGINES:
+            raise ValueError(f"rollout_engine must be one of {ROLLOUT_ENGINES}, got {self.rollout_engine!r}")
         if self.rollout_engine == "minimind":
             unsupported = {k: getattr(self, k) for k, default in (("min_p", None), ("repetition_penalty", 1.0))
                            if getattr(self, k) != default}

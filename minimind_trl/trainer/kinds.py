@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM
 from trl import DistillationConfig, DistillationTrainer, DPOConfig, DPOTrainer, SFTConfig
 
 from minimind_trl.conversation import prompt_turns, task_prompt
-from minimind_trl.data.formats import conversations_to_messages
+from minimind_trl.data.formats import row_messages
 from minimind_trl.envs.environment import install_parse_guard, make_environment_class, tool_method, with_open_thinking
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfig
@@ -47,7 +47,7 @@ from minimind_trl.rewards.registry import build_reward_functions, reward_functio
 from minimind_trl.rewards.reward_model import reward_model_folder_problem
 from minimind_trl.run_folder import METRICS
 from minimind_trl.trainer.callbacks import EVAL_METRICS_FILE, EvalLogCallback, LogHistoryCallback
-from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.config import ROLLOUT_ENGINES, MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
 from minimind_trl.trainer.recipe_schema import (
     BOOLEAN,
@@ -101,7 +101,7 @@ class TrainingKind:
     # top-level keys (besides the sections) this kind owns; `check` resolves them into the recipe
     top_level: tuple[str, ...] = ()
     # check(resolved recipe, raw recipe): cross-key checks once the sections' values are checked;
-    # fills the kind's top-level keys and drops keys whose "off" value is left out (older hashes hold)
+    # fills the kind's top-level keys (keys left out when unset: recipe.LEFT_OUT_WHEN_UNSET)
     check: Callable[[dict, dict], None] = _nothing
     takes_peft: bool = False  # the optional `peft` section (LoRA) applies
     takes_eval_split: bool = False  # `data.eval_split`: evaluation during training
@@ -177,7 +177,6 @@ def _log_history(config) -> LogHistoryCallback:
 
 # ------------------------------------------------------------------------------------- grpo
 
-ROLLOUT_ENGINES = ("minimind", "trl")  # MiniMindGRPOConfig.rollout_engine
 OBJECTIVE_FIELDS = tuple(f.name for f in dataclasses.fields(ObjectiveConfig))
 REWARD_KEYS = {"name": REQUIRED, "weight": 1.0, "options": {}}
 
@@ -413,8 +412,6 @@ def _sft_data(recipe: dict, rows: list[dict], tokenizer) -> Dataset:
 def _check_sft(recipe: dict, raw: dict) -> None:
     if recipe["sft"]["pack"] and recipe["sft"]["mode"] != "pretrain":
         raise RecipeError("recipe: sft.pack is for sft.mode pretrain only (SFT rows keep their own loss masks)")
-    if not recipe["sft"]["pack"]:
-        del recipe["sft"]["pack"]  # off: left out, so older recipe hashes hold
 
 
 def build_sft_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
@@ -479,8 +476,8 @@ def dpo_dataset(rows: list[dict], tokenizer) -> Dataset:
     for i, row in enumerate(rows):
         if "chosen" not in row or "rejected" not in row:
             raise RecipeError(f"DPO row {i}: needs 'chosen' and 'rejected' conversations, got keys {sorted(row)}")
-        chosen, tools = conversations_to_messages(row["chosen"], line=i + 1)
-        rejected, _ = conversations_to_messages(row["rejected"], line=i + 1)
+        chosen, tools = row_messages(row["chosen"], line=i + 1)
+        rejected, _ = row_messages(row["rejected"], line=i + 1)
         if chosen == rejected:
             raise RecipeError(f"DPO row {i}: chosen and rejected are identical")
         common = 0

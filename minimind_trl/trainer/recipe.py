@@ -110,6 +110,13 @@ SCHEMA: dict[str, dict[str, Any]] = _all_sections()
 # A recipe is an untrusted file: its YAML graph may expand to at most this many nodes (aliases
 # counted at every use), so an alias bomb is refused before anything walks the expanded data.
 MAX_YAML_NODES = 10_000
+# (section, key) -> the "unset" value that is left out of the resolved recipe: these keys came after
+# recipes were first hashed, so leaving them out when unset keeps every older run's recipe_sha256.
+LEFT_OUT_WHEN_UNSET: dict[tuple[str, str], Any] = {
+    ("data", "eval_split"): None,
+    ("peft", "target_parameters"): None,
+    ("sft", "pack"): False,
+}
 MAX_RECIPE_BYTES = 1_000_000
 _BOOL = "tag:yaml.org,2002:bool"
 
@@ -332,16 +339,22 @@ def validate_recipe(raw: dict) -> dict:
         if key not in kind.top_level and raw.get(key) is not None:
             raise RecipeError(f"recipe: {key} is only used by {_owners(key)}")
     kind.check(recipe, raw)  # the kind's own checks; fills its top-level keys (grpo: rewards)
-    if recipe["data"]["eval_split"] is None:
-        del recipe["data"]["eval_split"]  # unset: left out, so older recipe hashes hold
-    elif not kind.takes_eval_split:
+    if recipe["data"]["eval_split"] is not None and not kind.takes_eval_split:
         raise RecipeError(f"recipe: data.eval_split is for kinds {_kinds_with('takes_eval_split')}, not {kind.name!r}")
     if recipe.get("peft") is not None:
         _check_peft(recipe["peft"])
-        if recipe["peft"]["target_parameters"] is None:
-            del recipe["peft"]["target_parameters"]  # unset: left out, so older recipe hashes hold
     recipe["training"] = _check_training(raw.get("training") or {}, kind)
+    _leave_out_unset(recipe)
     return recipe
+
+
+def _leave_out_unset(recipe: dict) -> None:
+    """Drop every key of :data:`LEFT_OUT_WHEN_UNSET` that holds its unset value: the one place the
+    resolved recipe (and so :func:`recipe_sha256`) is canonicalised."""
+    for (section, key), unset in LEFT_OUT_WHEN_UNSET.items():
+        part = recipe.get(section)
+        if isinstance(part, dict) and key in part and part[key] is unset:
+            del part[key]
 
 
 def _check_text(value: Any, where: str) -> None:

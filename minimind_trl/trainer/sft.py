@@ -5,7 +5,7 @@ TRL skips its own rendering and tokenization):
 
 ``mode="sft"`` -- rows in the upstream SFT schema ``{"conversations": [...]}`` (tools as a JSON
 string on the system turn, ``tool_calls`` as JSON strings, tool results as role ``tool``). Each row
-is converted with :func:`minimind_trl.data.conversations_to_messages`, rendered once by the chat
+is converted with :func:`minimind_trl.data.row_messages`, rendered once by the chat
 template and tokenized once. The loss mask is then read off the token ids alone: every occurrence
 of the ids of ``<|im_start|>assistant\\n`` opens a span that runs through the next ``<|im_end|>``
 (the eos id) inclusive; the ``\\n`` after it and every system, user and tool token stay out. The
@@ -51,7 +51,8 @@ from datasets import Dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from trl import SFTConfig, SFTTrainer
 
-from minimind_trl.data import conversations_to_messages
+from minimind_trl.conversation import is_placeholder
+from minimind_trl.data import row_messages
 from minimind_trl.modeling.aux_loss import use_minimind_aux_loss
 
 logger = logging.getLogger(__name__)
@@ -104,19 +105,15 @@ def assistant_token_mask(input_ids: list[int], header_ids: list[int], end_id: in
     return mask, spans
 
 
-def _is_placeholder(message: Mapping[str, Any]) -> bool:
-    return not (message.get("content") or message.get("reasoning_content") or message.get("tool_calls"))
-
-
 def tokenize_conversation(
     conversations: list[dict], tokenizer: PreTrainedTokenizerBase, where: str = "row"
 ) -> tuple[list[int], list[int]]:
     """``(input_ids, assistant_mask)`` of one upstream-schema conversation, rendered once."""
-    messages, tools = conversations_to_messages(conversations)
+    messages, tools = row_messages(conversations)
     assistants = [m for m in messages if m["role"] == "assistant"]
     if not assistants:
         raise ValueError(f"{where}: no assistant turn, nothing to learn")
-    if any(_is_placeholder(m) for m in assistants):
+    if any(is_placeholder(m) for m in assistants):
         raise ValueError(f"{where}: an assistant turn has no content, reasoning or tool call (a task prompt?)")
     text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     input_ids = tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -8,7 +8,7 @@ import pytest
 
 from minimind_trl.cli import main as top_main
 from minimind_trl.data.cli import main as data_main
-from minimind_trl.data.formats import task_prompt
+from minimind_trl.data.formats import row_task_prompt
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.data.splits import load_splits
 from minimind_trl.fsio import sha256_file, write_json_atomic, write_text_atomic
@@ -48,7 +48,7 @@ def test_generate_prepare_gold_verify(tmp_path, capsys, registry):
     for row in loaded["val"]:
         source = by_id[row["id"]]
         assert gold_trajectory(row, registry) == gold_trajectory(source, registry)
-        messages, tools = task_prompt(row)
+        messages, tools = row_task_prompt(row)
         assert [m["role"] for m in messages] == ["system", "user"]
         assert tools == json.loads(source["conversations"][0]["tools"])
 

@@ -8,7 +8,7 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from minimind_trl.conversation import encode_tool_calls
-from minimind_trl.data.formats import conversations_to_messages
+from minimind_trl.data.formats import row_messages
 from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import MAX_TOOL_TURNS, gold_file_rows, gold_trajectory
 from minimind_trl.envs.tools import default_registry
@@ -90,8 +90,8 @@ def test_converter_gives_template_messages_even_after_datasets(golds, tmp_path):
     path = write_jsonl_atomic(tmp_path / "sft.jsonl", golds[:20])
     loaded = datasets.load_dataset("json", data_files=str(path), split="train")
     for gold, row in zip(golds, loaded):
-        direct = conversations_to_messages(gold["conversations"])
-        assert conversations_to_messages(row["conversations"]) == direct  # None-filled keys dropped
+        direct = row_messages(gold["conversations"])
+        assert row_messages(row["conversations"]) == direct  # None-filled keys dropped
         messages, tools = direct
         assert tools == json.loads(gold["conversations"][0]["tools"])
         assert all("tools" not in message for message in messages)
@@ -115,7 +115,7 @@ def test_converter_matches_golden_chat_case(reference_dir):
         if "tool_calls" in turn:
             turn["tool_calls"] = encode_tool_calls([call.get("function", call) for call in turn["tool_calls"]])
         conversations.append(turn)
-    messages, tools = conversations_to_messages(conversations)
+    messages, tools = row_messages(conversations)
     assert tools == case["tools"]
     assert messages == [
         {**m, "tool_calls": [{"type": "function", "function": c.get("function", c)} for c in m["tool_calls"]]}
@@ -124,7 +124,7 @@ def test_converter_matches_golden_chat_case(reference_dir):
 
 def test_gold_renders_with_the_chat_template(golds):
     gold = next(g for g in golds if sum(1 for t in g["conversations"] if t["role"] == "tool") >= 2)
-    messages, tools = conversations_to_messages(gold["conversations"])
+    messages, tools = row_messages(gold["conversations"])
     (text,), _ = render_jinja_template([messages], tools=tools, chat_template=CHAT_TEMPLATE)
     calls = [call for turn in gold["conversations"] if turn.get("tool_calls")
              for call in json.loads(turn["tool_calls"])]
@@ -142,5 +142,5 @@ def test_gold_renders_with_the_chat_template(golds):
 def test_converter_errors_name_the_field():
     bad = [{"role": "system", "content": "x", "tools": "[not json"}, {"role": "user", "content": "hi"}]
     with pytest.raises(DataFormatError) as info:
-        conversations_to_messages(bad, "f.jsonl", 7)
+        row_messages(bad, "f.jsonl", 7)
     assert info.value.field == "conversations[0].tools" and "f.jsonl:7" in str(info.value)

@@ -24,7 +24,14 @@ from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import save_for_hub
 from minimind_trl.run_folder import ADAPTER, FINAL_MODEL
 from minimind_trl.trainer import cli, kinds
-from minimind_trl.trainer.recipe import RecipeError, load_recipe, read_recipe_file, validate_recipe
+from minimind_trl.trainer.recipe import (
+    LEFT_OUT_WHEN_UNSET,
+    RecipeError,
+    load_recipe,
+    read_recipe_file,
+    recipe_sha256,
+    validate_recipe,
+)
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
 
@@ -352,6 +359,21 @@ def test_peft_target_parameters_must_be_names():
     with pytest.raises(RecipeError, match="peft.target_parameters"):
         validate_recipe(raw)
     assert "target_parameters" not in validate_recipe({**raw, "peft": LORA})["peft"]  # unset: hashes unchanged
+
+
+def test_keys_added_after_the_first_hashes_are_left_out_when_unset_and_kept_when_set():
+    """One canonicalisation (recipe.LEFT_OUT_WHEN_UNSET): an unset eval_split, target_parameters or
+    sft.pack is not in the resolved recipe, so a recipe written before the key existed hashes the
+    same; a set value is kept (and changes the hash)."""
+    sft = {"kind": "sft", "model": {"preset": "tiny"}, "data": {"path": "x"}, "peft": LORA}
+    resolved = validate_recipe(sft)
+    assert "eval_split" not in resolved["data"] and "target_parameters" not in resolved["peft"]
+    assert "pack" not in resolved["sft"]
+    assert set(LEFT_OUT_WHEN_UNSET) == {("data", "eval_split"), ("peft", "target_parameters"), ("sft", "pack")}
+    pretrain = validate_recipe({**sft, "data": {"path": "x", "eval_split": "val"}, "sft": {"mode": "pretrain",
+                                                                                        "pack": True}})
+    assert pretrain["data"]["eval_split"] == "val" and pretrain["sft"]["pack"] is True
+    assert recipe_sha256(pretrain) != recipe_sha256(validate_recipe({**sft, "sft": {"mode": "pretrain"}}))
 
 
 def _reward_model(folder: Path) -> str:
