@@ -11,14 +11,13 @@ from trl import SFTTrainer
 from minimind_trl.data import generate_tasks, gold_trajectory, row_messages
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.trainer import build
+from minimind_trl.trainer.recipe import validate_recipe
 from minimind_trl.trainer.sft import (
     ASSISTANT_HEADER,
-    SUMMARY_FILE,
     MiniMindSFTTrainer,
     assistant_token_mask,
     build_sft_dataset,
-    run_sft,
-    sft_config,
     tokenize_conversation,
 )
 
@@ -154,10 +153,20 @@ def test_overlong_rows_are_dropped_and_counted(tok):
         build_sft_dataset(rows, tok, max_length=lengths[1] - 1)
 
 
+def recipe_trainer(tmp_path, model, tok, rows, eval_rows=None, sft=None, **training):
+    """The trainer an SFT recipe builds, through the path ``minimind-trl train`` takes
+    (``build.training_config`` and ``build.build_trainer`` of the recipe's kind)."""
+    recipe = validate_recipe({"kind": "sft", "model": {"preset": "tiny"}, "data": {"path": str(tmp_path)},
+                              "sft": sft or {},
+                              "training": {"disable_tqdm": True, "report_to": "none", "bf16": False, **training}})
+    config = build.training_config(recipe, str(tmp_path))
+    return build.build_trainer(recipe, config, model, tok, rows, eval_rows)
+
+
 def test_sft_trainer_labels_are_the_mask(tok, tmp_path, make_tiny_model):
     rows = [{"conversations": TOOL_CONVERSATION}, {"conversations": CHAT_CONVERSATION}]
     dataset, _ = build_sft_dataset(rows, tok, 1024)
-    config = sft_config(tmp_path, max_length=1024, per_device_train_batch_size=2, disable_tqdm=True)
+    config = recipe_trainer(tmp_path, make_tiny_model(), tok, rows, per_device_train_batch_size=2).args
     trainer = SFTTrainer(model=make_tiny_model().train(), args=config, train_dataset=dataset, processing_class=tok)
     prepared = trainer.train_dataset
     assert prepared["input_ids"] == dataset["input_ids"]
@@ -181,14 +190,14 @@ def test_three_steps_reduce_the_assistant_loss(tok, tmp_path, make_tiny_model):
             keep = torch.tensor(mask[1:], dtype=torch.bool)
             nll_sum += -logp[torch.arange(len(target)), target][keep].sum().item()
             count += int(keep.sum())
-    args = {"max_length": 1024, "max_steps": 3, "per_device_train_batch_size": 2, "learning_rate": 1e-2,
-            "logging_steps": 1, "disable_tqdm": True}
-    run = run_sft(model, tok, rows, tmp_path, sft_args=args, save=False)
-    losses = [entry["loss"] for entry in run.trainer.state.log_history if "loss" in entry]
+    trainer = recipe_trainer(tmp_path, model, tok, rows, max_steps=3, per_device_train_batch_size=2,
+                             learning_rate=1e-2, lr_scheduler_type="cosine", logging_steps=1)
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3
     assert losses[0] == pytest.approx(nll_sum / count, rel=1e-4)
     assert losses[2] < losses[0] - 0.1
-    assert run.train_data.loss_tokens == count and run.trainer.state.global_step == 3
+    assert trainer.state.global_step == 3
 
 
 def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path, make_tiny_model):
@@ -201,22 +210,23 @@ def test_pretrain_rows_truncate_and_train_on_every_token(tok, tmp_path, make_tin
     assert (stats.truncated, stats.dropped_overlong, stats.longest) == (1, 0, len(_ids(tok, long)) + 2)
     assert stats.tokens == len(dataset[0]["input_ids"]) + 32 and stats.loss_tokens == stats.tokens - 2
 
-    args = {"max_length": 32, "max_steps": 1, "per_device_train_batch_size": 2, "disable_tqdm": True}
-    run = run_sft(make_tiny_model().train(), tok, [{"text": short}, {"text": long}], tmp_path, sft_args=args,
-                  mode="pretrain", eval_rows=[{"text": short}])
-    prepared = run.trainer.train_dataset
-    batch = run.trainer.data_collator([prepared[i] for i in range(len(prepared))])
+    trainer = recipe_trainer(tmp_path, make_tiny_model().train(), tok, [{"text": short}, {"text": long}],
+                             eval_rows=[{"text": short}], sft={"mode": "pretrain", "max_length": 32}, max_steps=1,
+                             per_device_train_batch_size=2)
+    assert trainer.train_dataset["input_ids"] == dataset["input_ids"]  # the recipe's max_length cut the text
+    trainer.train()
+    prepared = trainer.train_dataset
+    batch = trainer.data_collator([prepared[i] for i in range(len(prepared))])
     real = batch["attention_mask"].bool()
     assert torch.equal(batch["labels"][real], batch["input_ids"][real]) and (batch["labels"][~real] == -100).all()
-    assert run.eval_metrics["eval_loss"] > 0 and run.eval_data.kept == 1
+    assert trainer.evaluate()["eval_loss"] > 0 and len(trainer.eval_dataset) == 1
 
-    summary = json.loads((tmp_path / SUMMARY_FILE).read_text())
-    assert summary["mode"] == "pretrain" and summary["train_data"]["truncated"] == 1
-    reloaded = MiniMindForCausalLM.from_pretrained(tmp_path)
+    trainer.save_model(str(tmp_path / "final"))
+    reloaded = MiniMindForCausalLM.from_pretrained(tmp_path / "final")
     ids = torch.tensor([dataset[0]["input_ids"]])
     with torch.no_grad():
-        assert torch.allclose(reloaded(input_ids=ids).logits, run.trainer.model(input_ids=ids).logits, atol=1e-6)
-    assert load_tokenizer(tmp_path)(short)["input_ids"] == _ids(tok, short)
+        assert torch.allclose(reloaded(input_ids=ids).logits, trainer.model(input_ids=ids).logits, atol=1e-6)
+    assert load_tokenizer(tmp_path / "final")(short)["input_ids"] == _ids(tok, short)
 
 
 def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path, make_tiny_model):
@@ -233,10 +243,13 @@ def test_pretrain_packing_concatenates_whole_texts_into_blocks(tok, tmp_path, ma
     with pytest.raises(ValueError, match="nothing to pack"):
         build_sft_dataset([{"text": "x"}], tok, max_length=64, mode="pretrain", pack=True)
     # Equal-length blocks: the collator adds no padding, every position has a label.
-    run = run_sft(make_tiny_model().train(), tok, [{"text": t} for t in texts], tmp_path, mode="pretrain", pack=True,
-                  sft_args={"max_length": 16, "max_steps": 1, "per_device_train_batch_size": 2, "disable_tqdm": True})
-    prepared = run.trainer.train_dataset
-    batch = run.trainer.data_collator([prepared[i] for i in range(2)])
+    trainer = recipe_trainer(tmp_path, make_tiny_model().train(), tok, [{"text": t} for t in texts],
+                             sft={"mode": "pretrain", "max_length": 16, "pack": True}, max_steps=1,
+                             per_device_train_batch_size=2)
+    assert trainer.train_dataset["input_ids"] == blocks
+    trainer.train()
+    prepared = trainer.train_dataset
+    batch = trainer.data_collator([prepared[i] for i in range(2)])
     assert batch["attention_mask"].all() and torch.equal(batch["labels"], batch["input_ids"])
 
 
@@ -246,7 +259,7 @@ def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path
     Mixtral's load-balancing loss instead, which differs."""
     rows = [{"conversations": CHAT_CONVERSATION}, {"conversations": BRIEF_CONVERSATION}]
     dataset, _ = build_sft_dataset(rows, tok, 1024)
-    config = sft_config(tmp_path, max_length=1024, per_device_train_batch_size=2, disable_tqdm=True)
+    config = recipe_trainer(tmp_path, make_tiny_model(), tok, rows, per_device_train_batch_size=2).args
     losses = {}
     for name, cls in (("ours", MiniMindSFTTrainer), ("stock", SFTTrainer)):
         model = make_tiny_model(moe=True).train()
@@ -265,20 +278,18 @@ def test_moe_sft_loss_is_the_models_own_loss_with_the_upstream_aux(tok, tmp_path
 
 
 def test_moe_sft_adds_the_router_aux_loss(tok, tmp_path, make_tiny_model):
-    args = {"max_length": 256, "max_steps": 1, "per_device_train_batch_size": 1, "logging_steps": 1,
-            "disable_tqdm": True}
-    run = run_sft(make_tiny_model(moe=True).train(), tok, [{"conversations": CHAT_CONVERSATION}], tmp_path,
-                  sft_args=args, save=False)
-    logged = run.trainer.state.log_history[0]
-    assert logged["aux_loss"] > 0 and run.trainer.router_aux_loss_coef == pytest.approx(5e-4)
+    trainer = recipe_trainer(tmp_path, make_tiny_model(moe=True).train(), tok, [{"conversations": CHAT_CONVERSATION}],
+                             sft={"max_length": 256}, max_steps=1, per_device_train_batch_size=1, logging_steps=1)
+    assert isinstance(trainer, MiniMindSFTTrainer)
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    assert logged["aux_loss"] > 0 and trainer.router_aux_loss_coef == pytest.approx(5e-4)
 
 
-def test_sft_config_defaults_and_overrides(tmp_path):
-    config = sft_config(tmp_path, mode="pretrain")
-    assert (config.bf16, config.activation_checkpointing, config.packing, config.assistant_only_loss) == (
-        torch.cuda.is_available() and torch.cuda.is_bf16_supported(), False, False, False)
-    assert config.learning_rate == 5e-4 and config.report_to == [] and config.save_strategy == "no"
-    config = sft_config(tmp_path, gradient_checkpointing=True, learning_rate=1e-3)
-    assert config.activation_checkpointing is True and config.learning_rate == 1e-3
-    with pytest.raises(TypeError):
-        sft_config(tmp_path, no_such_field=1)
+def test_a_recipe_sets_the_sft_config_and_owns_its_mask_keys(tmp_path, make_tiny_model, tok):
+    """The recipe's sft section and training keys reach SFTConfig; the keys the kind owns (the
+    dataset carries the loss mask) stay off."""
+    config = recipe_trainer(tmp_path, make_tiny_model(), tok, [{"conversations": CHAT_CONVERSATION}],
+                            sft={"max_length": 512}, learning_rate=1e-3).args
+    assert (config.max_length, config.learning_rate) == (512, 1e-3)
+    assert (config.assistant_only_loss, config.completion_only_loss, config.packing) == (False, False, False)

@@ -33,23 +33,22 @@ attention is not reset at text boundaries. Short texts then cost no padding, and
 step sees the same number of tokens.
 
 :class:`MiniMindSFTTrainer` is ``SFTTrainer`` with MiniMind's own MoE load-balancing loss (TRL's
-fused LM head would add Mixtral's); dense models train exactly as with ``SFTTrainer``.
+fused LM head would add Mixtral's); dense models train exactly as with ``SFTTrainer``. A recipe of
+kind ``sft`` (``trainer.kinds``) builds its config and trainer from these pieces; there is no
+second, programmatic entry point.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from datasets import Dataset
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
-from trl import SFTConfig, SFTTrainer
+from transformers import PreTrainedTokenizerBase
+from trl import SFTTrainer
 
 from minimind_trl.conversation import is_placeholder
 from minimind_trl.data import row_messages
@@ -59,13 +58,6 @@ logger = logging.getLogger(__name__)
 
 ASSISTANT_HEADER = "<|im_start|>assistant\n"
 MODES = ("sft", "pretrain")
-DEFAULT_MAX_LENGTH = 1024
-SUMMARY_FILE = "sft_summary.json"
-# transformers 5 renamed these TrainingArguments fields; the old names still work, with a warning
-_RENAMED_FIELDS = {
-    "gradient_checkpointing": "activation_checkpointing",
-    "gradient_checkpointing_kwargs": "activation_checkpointing_kwargs",
-}
 
 
 @dataclass(frozen=True)
@@ -207,71 +199,6 @@ def build_sft_dataset(
     return Dataset.from_dict(columns), stats
 
 
-def _bf16_available() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def sft_config(output_dir: str | Path, mode: str = "sft", **overrides: Any) -> SFTConfig:
-    """``SFTConfig`` with every field that matters here set explicitly; ``overrides`` win.
-
-    Defaults: AdamW at 5e-4 (pretrain) / 5e-5 (sft), cosine schedule without warmup, weight decay
-    0, gradient clipping at 1.0, batch 8, one epoch, seed 42, bf16 only on a GPU that has it, no
-    activation checkpointing (MiniMind is small; ``gradient_checkpointing`` is accepted as its old
-    name), no packing or padding-free batches (masks stay per row), TRL's own masking off (the
-    dataset carries the mask), no periodic evaluation or checkpoints (:func:`run_sft` evaluates and
-    saves at the end), no external loggers. The MoE router aux loss is weighted by the model
-    config's ``router_aux_loss_coef`` (``router_aux_loss_coef=None``).
-    """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    bf16 = _bf16_available()
-    fields: dict[str, Any] = {
-        "output_dir": str(output_dir),
-        "max_length": DEFAULT_MAX_LENGTH,
-        "truncation_mode": "keep_start",
-        "packing": False,
-        "padding_free": False,
-        "pad_to_multiple_of": None,
-        "completion_only_loss": False,
-        "assistant_only_loss": False,
-        "shuffle_dataset": False,
-        "dataset_num_proc": None,
-        "loss_type": "nll",
-        "router_aux_loss_coef": None,
-        "learning_rate": 5e-4 if mode == "pretrain" else 5e-5,
-        "lr_scheduler_type": "cosine",
-        "warmup_steps": 0,
-        "weight_decay": 0.0,
-        "max_grad_norm": 1.0,
-        "optim": "adamw_torch",
-        "num_train_epochs": 1.0,
-        "max_steps": -1,
-        "per_device_train_batch_size": 8,
-        "per_device_eval_batch_size": 8,
-        "gradient_accumulation_steps": 1,
-        "activation_checkpointing": False,
-        "bf16": bf16,
-        "fp16": False,
-        "seed": 42,
-        "data_seed": 42,
-        "logging_strategy": "steps",
-        "logging_steps": 10,
-        "eval_strategy": "no",
-        "save_strategy": "no",
-        "report_to": "none",
-        "dataloader_num_workers": 0,
-        "dataloader_pin_memory": torch.cuda.is_available(),
-        "dataloader_drop_last": False,
-        "remove_unused_columns": True,
-        "average_tokens_across_devices": True,
-    }
-    for old, new in _RENAMED_FIELDS.items():  # the deprecated name must not lose to our default
-        if old in overrides:
-            overrides[new] = overrides.pop(old)
-    fields.update(overrides)
-    return SFTConfig(**fields)
-
-
 class MiniMindSFTTrainer(SFTTrainer):
     """``SFTTrainer`` whose MoE load-balancing loss is MiniMind's.
 
@@ -288,62 +215,3 @@ class MiniMindSFTTrainer(SFTTrainer):
         model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         if getattr(model.config, "use_moe", False):
             use_minimind_aux_loss(model)
-
-
-@dataclass
-class SFTRun:
-    """What :func:`run_sft` leaves: the trainer, its metrics and the data statistics."""
-
-    trainer: SFTTrainer
-    train_metrics: dict[str, float]
-    eval_metrics: dict[str, float] | None
-    train_data: SFTDataStats
-    eval_data: SFTDataStats | None
-
-
-def run_sft(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    train_rows: Iterable[Mapping[str, Any]],
-    output_dir: str | Path,
-    *,
-    sft_args: Mapping[str, Any] | None = None,
-    eval_rows: Iterable[Mapping[str, Any]] | None = None,
-    mode: str = "sft",
-    pack: bool = False,
-    save: bool = True,
-) -> SFTRun:
-    """Train ``model`` on ``train_rows`` with ``SFTTrainer``; returns an :class:`SFTRun`.
-
-    ``sft_args`` are ``SFTConfig`` fields over :func:`sft_config`'s defaults (``max_length`` also
-    bounds the dataset). ``eval_rows`` (same ``mode``) are evaluated once after training; set
-    ``eval_strategy`` / ``eval_steps`` in ``sft_args`` for evaluations during training too.
-    ``pack`` (pretrain mode): train on ``max_length`` blocks of the concatenated texts. With
-    ``save``, ``trainer.save_model`` writes the final model and tokenizer to ``output_dir``
-    (``from_pretrained``-loadable) beside ``sft_summary.json`` (data statistics and metrics).
-    """
-    config = sft_config(output_dir, mode, **dict(sft_args or {}))
-    if config.max_length is None:
-        raise ValueError("run_sft needs an integer max_length (it bounds the dataset), got None")
-    train_dataset, train_data = build_sft_dataset(train_rows, tokenizer, config.max_length, mode, pack)
-    eval_dataset = eval_data = None
-    if eval_rows is not None:
-        eval_dataset, eval_data = build_sft_dataset(eval_rows, tokenizer, config.max_length, mode)
-    trainer = MiniMindSFTTrainer(
-        model=model, args=config, train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=tokenizer
-    )
-    train_metrics = dict(trainer.train().metrics)
-    eval_metrics = dict(trainer.evaluate()) if eval_dataset is not None else None
-    run = SFTRun(trainer, train_metrics, eval_metrics, train_data, eval_data)
-    if save:
-        trainer.save_model(str(output_dir))
-        if trainer.is_world_process_zero():
-            summary = {
-                "mode": mode,
-                "train_data": asdict(train_data),
-                "eval_data": asdict(eval_data) if eval_data else None,
-                "train_metrics": train_metrics,
-                "eval_metrics": eval_metrics,
-            }
-            (Path(output_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return run
