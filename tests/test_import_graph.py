@@ -38,15 +38,16 @@ The layer order (lowest first), from the real dependencies of the finished restr
 1. ``tokenization`` -- tokenizer building, loading and the chat template;
 2. ``modeling`` -- the model, its config, checkpoints (with the tokenizer each is loaded with),
    exports and the aux-loss wrapper for TRL's fused head;
-3. ``envs`` -- tools, the tool registry, the token / observation protocol, rollouts;
-4. ``data`` -- task generation (needs the tools' constants: ``EXCHANGE_RATES``, ``UNIT_FACTORS``),
+3. ``engine`` -- the decode loop over one KV cache, per-row sampling (token ids only: no tools);
+4. ``envs`` -- tools, the tool registry, the token / observation protocol, rollouts;
+5. ``data`` -- task generation (needs the tools' constants: ``EXCHANGE_RATES``, ``UNIT_FACTORS``),
    gold trajectories (run the registry), splits and manifests, the default tokenizer's corpus
    (renders gold trajectories with the tokenizer package);
-5. ``rewards`` -- the verifier and reward functions (judge completions against the run's tools);
-6. ``trainer`` -- recipes, the GRPO and SFT trainers, run set-up;
-7. ``eval`` -- frozen evaluation of a run's checkpoints, statistics, reports, figures;
-8. ``sweep`` and ``demo`` -- drive training and evaluation as subprocesses;
-9. the dispatcher ``cli``, the root ``__init__`` and every area's command module ``<area>.cli``
+6. ``rewards`` -- the verifier and reward functions (judge completions against the run's tools);
+7. ``trainer`` -- recipes, the GRPO and SFT trainers, run set-up;
+8. ``eval`` -- frozen evaluation of a run's checkpoints, statistics, reports, figures;
+9. ``sweep`` and ``demo`` -- drive training and evaluation as subprocesses;
+10. the dispatcher ``cli``, the root ``__init__`` and every area's command module ``<area>.cli``
    (``data.cli``, ``modeling.cli``, ...): a command front-end sits above everything it drives,
    wherever its file lives, and no module imports one (checked below).
 
@@ -83,6 +84,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                       "run_folder")),
     ("tokenization", ("tokenization",)),
     ("modeling", ("modeling",)),
+    ("engine", ("engine",)),
     ("envs", ("envs",)),
     ("data", ("data",)),
     ("rewards", ("rewards",)),

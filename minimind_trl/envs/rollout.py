@@ -7,11 +7,11 @@
 1. Each task's prompt (`minimind_trl.conversation.task_prompt`: tools from the system message,
    trailing empty assistant placeholders dropped) is rendered by the chat template with the
    generation prompt and the think prefix (`protocol.prompt_ids_for`).
-2. Up to ``batch_size`` rows decode together over one KV cache, ``decode_slice`` tokens per
-   ``generate`` call at most (continuous batching, see `_roll`): rows that stop make room for queued
-   ones, the cache keeps every row's context across turns (later turns feed only the new
-   tool-turn ids), and prompts are encoded without repeats (`minimind_trl.envs.kv_batch`). A
-   row's turn ends at its first ``<|im_end|>`` (eos 2), which belongs to the turn.
+2. The engine's decode loop (`minimind_trl.engine.decode`) runs up to ``batch_size`` rows over
+   one KV cache, ``decode_slice`` tokens per ``generate`` call at most: rows that stop make room
+   for queued ones, the cache keeps every row's context across turns (later turns feed only the
+   new tool-turn ids), and prompts are encoded without repeats. A row's turn ends at its first
+   ``<|im_end|>`` (eos 2), which belongs to the turn; this module's ``end_turn`` handles it.
 3. The turn is parsed exactly as TRL's loop parses it (`protocol.parse_model_turn`:
    ``trl.chat_template_utils.parse_response`` with the tokenizer's ``response_template`` and the
    registry's schemas, which also cast string arguments to the schema types; a reply with any
@@ -27,25 +27,23 @@
    ``max_new_tokens`` (a per-turn budget) stops its row as ``truncated``; its calls are not run.
 
 Ids are only ever concatenated: ``prompt_ids + completion_ids`` is exactly what the model saw.
-Greedy decoding does not depend on the batch composition (up to float rounding); sampling is
-reproducible for the same arguments (the global RNG state is left untouched).
+Greedy decoding does not depend on the batch composition (up to float rounding); sampling draws
+each trajectory from its own seeded stream, so it is reproducible and independent of the batch
+(the global RNG state is left untouched).
 """
 
 from __future__ import annotations
 
-import copy
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import GenerationConfig, StoppingCriteriaList
 
 from minimind_trl.conversation import task_prompt
+from minimind_trl.engine.decode import DECODE_SLICE, MIN_SAVED_ROW_STEPS, DecodeRow, decode
+from minimind_trl.engine.sampling import Sampling, row_generators
 from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
-from minimind_trl.envs.generation import MIN_SAVED_ROW_STEPS, SliceStop
-from minimind_trl.envs.kv_batch import KVBatch, continue_rows, merge, prefill
 from minimind_trl.envs.protocol import (
     DEFAULT_MAX_TOOL_TURNS,
     TrajectoryRecord,
@@ -59,10 +57,6 @@ from minimind_trl.envs.protocol import (
     turn_malformed_calls,
 )
 from minimind_trl.envs.registry import ToolRegistry
-
-DECODE_SLICE = 32
-"""Tokens per ``generate`` call: between calls, rows whose turn ended run their tools and finished
-rows make room for queued ones, so no row waits long for the batch's longest turn."""
 
 
 @dataclass(kw_only=True)
@@ -142,15 +136,12 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     (task 0 samples 0..n-1, task 1, ...). ``tasks`` are data-contract rows (``conversations``
     with the tools on the system message; ``id`` optional). ``max_new_tokens`` is per turn;
     ``batch_size`` rows decode together, at most ``decode_slice`` tokens per ``generate`` call
-    (fewer when the rows whose turn ended would waste ``min_saved_row_steps``: `SliceStop`)."""
+    (fewer when the rows whose turn ended would waste ``min_saved_row_steps``: `SliceStop`).
+    Sampling (``do_sample``) draws each trajectory from its own stream, seeded by ``seed``, its
+    prompt and its sample index (`engine.sampling.row_generators`), as training does."""
     if max_tool_turns < 0 or min(max_new_tokens, batch_size, num_samples, decode_slice) < 1:
         raise ValueError("rollout: need max_tool_turns >= 0 and max_new_tokens, batch_size, "
                          "num_samples, decode_slice >= 1")
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} \
-        if do_sample else {"do_sample": False}
-    config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id, use_cache=True,
-                              return_dict_in_generate=True, **sampling)
     trajectories = []
     for t, task in enumerate(tasks):
         messages, tools = task_prompt(task)
@@ -158,18 +149,20 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
         trajectories += [Trajectory(task_index=t, sample_index=s, task_id=task.get("id"),
                                     open_thinking=open_thinking, tools=tools, prompt_ids=list(prompt))
                          for s in range(num_samples)]
-    bar = None
-    if progress:
-        bar = tqdm(total=len(trajectories), desc="rollout", unit="traj")
+    sampling = Sampling(do_sample=do_sample, temperature=temperature, top_k=0, top_p=1.0, seed=seed)
     device = next(model.parameters()).device
+    generators = row_generators([traj.prompt_ids for traj in trajectories], sampling, "eval", device)
+    rows = [DecodeRow(traj, list(traj.prompt_ids), max_new_tokens, generator)
+            for traj, generator in zip(trajectories, generators)]
+    bar = tqdm(total=len(trajectories), desc="rollout", unit="traj") if progress else None
+    end_turn = _turn_ender(tokenizer, registry, max_tool_turns, bar)
     was_training = model.training
     model.eval()
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
-                torch.no_grad():
-            torch.manual_seed(seed)
-            _roll(model, tokenizer, trajectories, registry, config, max_tool_turns, batch_size,
-                  decode_slice, bar, min_saved_row_steps)
+        with torch.no_grad():
+            decode(model, rows, end_turn, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id,
+                   sampling=sampling, batch_size=batch_size, decode_slice=decode_slice,
+                   min_saved_row_steps=min_saved_row_steps)
     finally:
         model.train(was_training)
         if bar is not None:
@@ -179,83 +172,24 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     return trajectories
 
 
-@dataclass
-class _Row:
-    """A trajectory being decoded: its model turn so far."""
-
-    traj: Trajectory
-    turn: int = 0
-    turn_ids: list[int] = field(default_factory=list)
-
-
-def _roll(model: Any, tokenizer: Any, trajectories: list[Trajectory], registry: ToolRegistry,
-          config: GenerationConfig, max_tool_turns: int, batch_size: int, decode_slice: int,
-          bar: Any, min_saved_row_steps: int) -> None:
-    """The turn loop with continuous batching over one KV cache (`minimind_trl.envs.kv_batch`).
-
-    Each ``generate`` call decodes at most ``decode_slice`` tokens (never past a row's turn budget;
-    it ends sooner when the rows whose turn ended would waste ``min_saved_row_steps``: `SliceStop`).
-    Then every row whose turn ended is recorded (`_take_turn`): rows that called tools get their
-    tool-turn ids as pending columns and go on, the others leave; rows still inside a turn go on
-    from their last token; and queued trajectories are encoded and join, up to ``batch_size`` rows.
-    Nothing is computed twice: the cache keeps every row's context, and a new row's prompt is
-    encoded once, shared prefixes and identical prompts once (`prefill`)."""
+def _turn_ender(tokenizer: Any, registry: ToolRegistry, max_tool_turns: int, bar: Any):
+    """The decode loop's ``end_turn`` for evaluation: record the turn (`_take_turn`), run its calls
+    with the tools as training's loop calls them, and hand back the tool turn's ids (the row goes
+    on) or None (it is done)."""
     schemas = registry.schemas()
-    environment = make_environment_class(registry)()  # the tools as training's loop calls them
+    environment = make_environment_class(registry)()
     tools = environment_tools(environment)
 
     def call_tool(name: str, arguments: Any) -> str:
         environment.reset()  # keeps its call log from growing over an evaluation
         return call_as_trl(tools, name, arguments)
 
-    pad, eos = config.pad_token_id, config.eos_token_id
-    budget = config.max_new_tokens
-    sliced: dict[int, GenerationConfig] = {}  # max_new_tokens -> config
-    queue = deque(trajectories)
-    rows: list[_Row] = []
-    batch: KVBatch | None = None
-    while queue or rows:
-        if queue and len(rows) < batch_size:
-            joining = [queue.popleft() for _ in range(min(batch_size - len(rows), len(queue)))]
-            part = prefill(model, [traj.prompt_ids for traj in joining], pad)
-            batch = part if batch is None else merge(model, [batch, part], pad)
-            rows += [_Row(traj) for traj in joining]
-        steps = min(decode_slice, min(budget - len(row.turn_ids) for row in rows))
-        if steps not in sliced:
-            sliced[steps] = copy.deepcopy(config)
-            sliced[steps].max_new_tokens = steps
-        width = batch.ids.shape[1]
-        stop = StoppingCriteriaList([SliceStop(width, steps, [eos], min_saved_row_steps)])
-        output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
-                                generation_config=sliced[steps], stopping_criteria=stop)
-        generated = output.sequences[:, width:].tolist()  # B lists of n <= steps; pads after eos
-        columns = len(generated[0])
-        generated_mask = torch.zeros((len(rows), columns), dtype=torch.long)
-        keep, pending, pending_mask = [], [], []
-        for i, (row, new) in enumerate(zip(rows, generated)):
-            ended = eos in new
-            new = new[:new.index(eos) + 1] if ended else new
-            # The last column is not in the cache yet: it leads the row's next input (a pad when
-            # the row's eos came earlier).
-            last_token, last_mask = (new[-1], 1) if len(new) == columns else (pad, 0)
-            generated_mask[i, :len(new)] = 1
-            row.turn_ids += new
-            if not ended and len(row.turn_ids) < budget:  # inside its turn: go on
-                tool_turn: list[int] | None = []
-            else:
-                context = row.traj.prompt_ids + row.traj.completion_ids
-                tool_turn = _take_turn(row.traj, context, row.turn_ids, tokenizer, call_tool, schemas,
-                                       row.turn, max_tool_turns)
-                row.turn, row.turn_ids = row.turn + 1, []
-            if tool_turn is None:
-                if bar is not None:
-                    bar.update(1)
-                continue
-            keep.append(i)
-            pending.append([last_token] + tool_turn)
-            pending_mask.append([last_mask] + [1] * len(tool_turn))
-        rows = [rows[i] for i in keep]
-        if not rows:
-            batch = None
-            continue
-        batch = continue_rows(batch, output, keep, generated_mask, pending, pending_mask, pad)
+    def end_turn(row: DecodeRow) -> list[int] | None:
+        traj: Trajectory = row.owner
+        tool_turn = _take_turn(traj, row.context, row.turn_ids, tokenizer, call_tool, schemas, traj.n_turns,
+                               max_tool_turns)
+        if tool_turn is None and bar is not None:
+            bar.update(1)
+        return tool_turn
+
+    return end_turn

@@ -101,7 +101,7 @@ class MiniMindGRPOConfig(GRPOConfig):
 
         rollout_engine (`str`, defaults to `"minimind"`):
             What generates each model turn of a training rollout. `"minimind"`:
-            :func:`minimind_trl.envs.generation.generate_turns` (continuous batching over one KV
+            :func:`minimind_trl.engine.turns.generate_turns` (continuous batching over one KV
             cache, contexts encoded without repeats, per-row random streams seeded from `seed`,
             the step and the context, so a trajectory does not depend on the batch it shares);
             TRL's tool loop (parsing, tool calls, tool turns, `max_completion_length`) is unchanged.

@@ -1,10 +1,10 @@
-"""`minimind_trl.envs.kv_batch`: prompts encoded once into one padded KV cache, rows added and
+"""`minimind_trl.engine.kv_batch`: prompts encoded once into one padded KV cache, rows added and
 dropped, must give the next-token logits of a plain forward pass over each row alone."""
 
 import pytest
 import torch
 
-from minimind_trl.envs.kv_batch import (
+from minimind_trl.engine.kv_batch import (
     GrowingLayer,
     KVBatch,
     cache_tensors,

@@ -1,4 +1,4 @@
-"""``rollout.engine: minimind`` (minimind_trl.envs.generation) against TRL's own generation, inside
+"""``rollout.engine: minimind`` (minimind_trl.engine) against TRL's own generation, inside
 TRL's tool loop: the same ids, masks, completions and records, greedy; reproducible sampling."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from rollout_helpers import (  # tests/ is on sys.path (pytest's pythonpath)
     scripted_rows,
 )
 
+from minimind_trl.engine.decode import SliceStop, TurnCache, _Stored
+from minimind_trl.engine.sampling import RowSampler, Sampling
+from minimind_trl.engine.turns import generate_turns
 from minimind_trl.envs.environment import make_environment_class
-from minimind_trl.envs.generation import RowSampler, Sampling, SliceStop, TurnCache, _Stored, generate_turns
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.config import MiniMindGRPOConfig

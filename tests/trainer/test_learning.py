@@ -40,7 +40,7 @@ from transformers import AutoModelForCausalLM, set_seed
 
 import minimind_trl.trainer.grpo_trainer as grpo_trainer
 from minimind_trl.conversation import prompt_turns, task_prompt
-from minimind_trl.envs.generation import generate_turns
+from minimind_trl.engine.turns import generate_turns
 from minimind_trl.envs.protocol import prompt_ids_for
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.metric_names import REWARD_MEAN, ROLLOUT, UPDATE

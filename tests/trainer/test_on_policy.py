@@ -12,8 +12,10 @@ from datasets import Dataset
 from helpers import make_trainer, tiny_model
 from rollout_helpers import scripted, scripted_rows
 
+from minimind_trl.engine.decode import TurnCache
+from minimind_trl.engine.sampling import Sampling
+from minimind_trl.engine.turns import generate_turns
 from minimind_trl.envs.environment import make_environment_class
-from minimind_trl.envs.generation import Sampling, TurnCache, generate_turns
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.metric_names import (
     ON_POLICY_KEYS,
