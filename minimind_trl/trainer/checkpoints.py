@@ -22,6 +22,7 @@ from torch.utils.data import Sampler
 from transformers.trainer_utils import rotate_checkpoints
 
 from minimind_trl.fsio import commit_directory, staging_path
+from minimind_trl.trainer.rollout_state import RolloutState
 
 ROLLOUT_STATE = "rollout_state_{rank}.pt"
 
@@ -90,7 +91,7 @@ class AtomicCheckpointMixin:
                 {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
                 for batch in self._buffered_inputs
             ]
-        state = {"step": self._step, "buffered_inputs": buffered, "rollout_stats": self._rollout_stats}
+        state = {"step": self._step, "buffered_inputs": buffered, "rollout_stats": self.rollout.figures}
         path = os.path.join(folder, ROLLOUT_STATE.format(rank=self.accelerator.process_index))
         torch.save(state, path + ".tmp")
         os.replace(path + ".tmp", path)
@@ -105,7 +106,8 @@ class AtomicCheckpointMixin:
         state = torch.load(path, map_location="cpu", weights_only=True)
         device = self.accelerator.device
         self._step = state["step"]
-        self._rollout_stats = state["rollout_stats"]
+        # the saved buffer was replayed (old log-probs frozen) before it was saved
+        self.rollout = RolloutState(figures=state["rollout_stats"], replayed=True)
         if state["buffered_inputs"] is not None:
             self._buffered_inputs = [
                 {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

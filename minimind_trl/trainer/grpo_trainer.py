@@ -90,7 +90,6 @@ from minimind_trl.metric_names import (
     ROLLOUT_VALID_ROWS,
     ROW_WEIGHTED_PREFIXES,
     STEP,
-    TIMING_KEYS,
     TOOL_CALLS_PER_TRAJECTORY,
     TOOL_FAILURES_PER_TRAJECTORY,
     TOOL_MALFORMED_PER_TRAJECTORY,
@@ -111,7 +110,7 @@ from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
 from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward, supports_shared_forward
 from minimind_trl.trainer.recorder import StepRecorder
-from minimind_trl.trainer.stats import StepAccumulator
+from minimind_trl.trainer.rollout_state import RolloutState, StepState
 
 # Rollout-wide counts every training micro-batch carries (batch fields; the first two are also
 # written to the record under the same names). Stored in checkpointed rollout buffers: keep them.
@@ -223,16 +222,9 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self.objective = self.args.objective_config()
         self.router_recorder = RouterRecorder.for_model(self.model) if self.args.moe_diagnostics else None
         self._setup_policy_passes()
-        self._step_stats = StepAccumulator()
-        self._rollout_stats: dict[str, Any] = {}
-        self._timings = dict.fromkeys(TIMING_KEYS, 0.0)
-        self._update_tokens = 0.0
-        self._nonfinite: list[str] = []
-        self._pending: dict[str, float] | None = None
-        self._last_rewards_per_func: torch.Tensor | None = None
-        self._last_tool_counts: list[tuple[int, int, int]] = []  # (calls, failed, malformed) per local row
-        self._turn_prompts: list[list[int]] | None = None  # this rollout's prompts (minimind engine)
-        self._turn_cache: TurnCache | None = None  # finished rows' keys/values, for their next turn
+        self.rollout = RolloutState(replayed=True)  # the training rollout the updates replay and record
+        self._generating: RolloutState | None = None  # the rollout being generated and scored (train or eval)
+        self.step_state = StepState()
         self.last_record: dict[str, Any] | None = None
         self.step_recorder = StepRecorder(os.path.join(self.args.output_dir, self.args.metrics_file))
 
@@ -254,12 +246,13 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     # ------------------------------------------------------------------ rollout
 
     def _generate(self, prompts):
-        self._turn_prompts = None  # the first _generate_single_turn call of this rollout sets them
-        self._turn_cache = TurnCache() if self.args.rollout_engine == "minimind" else None
+        state = self._generating
+        state.first_contexts = None  # the first _generate_single_turn call of this rollout sets them
+        state.turn_cache = TurnCache() if self.args.rollout_engine == "minimind" else None
         try:
             return super()._generate(prompts)
         finally:
-            self._turn_prompts = self._turn_cache = None
+            state.turn_cache = None  # its keys and values are large; the rollout's turns are over
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """One model turn of every context: ids up to the first eos and each id's sampling log-prob
@@ -299,7 +292,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             try:
                 ids, logprobs = generate_turns(model, prompt_ids, self._turn_budgets(prompt_ids), self.eos_token_ids,
                                                self._tokenizer.pad_token_id, sampling, stream=stream,
-                                               batch_size=max(len(prompt_ids), 1), cache=self._turn_cache,
+                                               batch_size=max(len(prompt_ids), 1),
+                                               cache=self._generating.turn_cache,
                                                return_logprobs=True)
             finally:
                 model.train(training)
@@ -309,25 +303,27 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         """New tokens each context may take: ``max_completion_length`` minus what its completion
         (model and tool turns) already holds, as TRL's loop cuts it afterwards."""
         limit = self.max_completion_length
-        if self._turn_prompts is None:
-            self._turn_prompts = [list(c) for c in contexts]
+        state = self._generating
+        if state.first_contexts is None:
+            state.first_contexts = [list(c) for c in contexts]
             return [limit] * len(contexts)
         budgets = []
         for context in contexts:
-            prompt = max((len(p) for p in self._turn_prompts if context[:len(p)] == p), default=len(context))
+            prompt = max((len(p) for p in state.first_contexts if context[:len(p)] == p), default=len(context))
             budgets.append(max(limit - (len(context) - prompt), 0))
         return budgets
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._last_rewards_per_func = rewards_per_func  # [N_global, F], all processes, group by group
+        state = self._generating
+        state.rewards_per_func = rewards_per_func  # [N_global, F], all processes, group by group
         records = [getattr(env, "record", None) for env in (self.environments or [])]
         if records and all(record is not None for record in records):  # ToolEnvironmentMixin's records
-            self._last_tool_counts = [
+            state.tool_counts = [
                 (r.valid_calls + r.failed_calls, r.failed_calls, r.malformed_calls) for r in records
             ]
         else:
-            self._last_tool_counts = [(*_tool_counts(c), 0) for c in completions]  # local rows
+            state.tool_counts = [(*_tool_counts(c), 0) for c in completions]  # local rows
         return rewards_per_func
 
     @contextlib.contextmanager
@@ -344,9 +340,13 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         training = self.model.training
         start = time.perf_counter()
-        with self._trl_old_logps_off():
-            output = super()._generate_and_score_completions(inputs)
-        rewards_per_func = self._last_rewards_per_func  # [N, F]
+        state = self._generating = RolloutState()  # a rollout starts
+        try:
+            with self._trl_old_logps_off():
+                output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._generating = None
+        rewards_per_func = state.rewards_per_func  # [N, F]
         if not bool(torch.isfinite(rewards_per_func).all()):
             bad = [n for i, n in enumerate(self.reward_func_names) if not torch.isfinite(rewards_per_func[:, i]).all()]
             raise NonFiniteError(f"non-finite reward (None, NaN or inf) from reward function(s) {bad}")
@@ -365,18 +365,19 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         counts = self.accelerator.reduce(counts, reduction="sum") if self.accelerator.num_processes > 1 else counts
         output[_VALID_ROWS_FIELD], output[_ACTION_TOKENS_FIELD] = counts[0], counts[1]
         output[_LOCAL_ROWS_FIELD] = torch.tensor(float(local), device=counts.device)
-        self._rollout_stats = self._describe_rollout(output, rewards_per_func, rewards, mask, counts)
-        self._timings[ROLLOUT_SECONDS] += time.perf_counter() - start
+        state.figures = self._describe_rollout(output, state, rewards, mask, counts)
+        self.rollout = state  # the rollout the coming updates replay and record
+        self.step_state.timings[ROLLOUT_SECONDS] += time.perf_counter() - start
         return output
 
-    def _describe_rollout(self, output, rewards_per_func, rewards, mask, counts) -> dict[str, Any]:
+    def _describe_rollout(self, output, state: RolloutState, rewards, mask, counts) -> dict[str, Any]:
         """Rollout-wide figures (all processes): rewards, groups, lengths, truncation, tool use."""
         completion_mask = output["completion_mask"]
         lengths = completion_mask.sum(dim=1)  # [B]
         last = output["completion_ids"].gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
         ends = torch.tensor([*self.eos_token_ids, self._tokenizer.pad_token_id], device=last.device)
         truncated = (lengths == 0) | ~torch.isin(last, ends)
-        tools = torch.tensor(self._last_tool_counts or [(0, 0, 0)] * len(lengths), device=lengths.device).float()
+        tools = torch.tensor(state.tool_counts or [(0, 0, 0)] * len(lengths), device=lengths.device).float()
         per_row = torch.stack([lengths.float(), mask.sum(dim=1).float(), truncated.float()], 1)  # [B, 3]
         per_row = self.accelerator.gather(torch.cat([per_row, tools], dim=1))  # [N, 6]
         grouped = rewards.view(-1, self.num_generations)
@@ -386,7 +387,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             ZERO_STD_GROUP_FRACTION: (grouped == grouped[:, :1]).all(dim=1).float().mean().item(),
         }
         for i, name in enumerate(self.reward_func_names):
-            column = rewards_per_func[:, i]
+            column = state.rewards_per_func[:, i]
             stats[reward_func_mean_key(name)] = column.mean().item()
             stats[reward_func_std_key(name)] = column.std().item() if column.numel() > 1 else 0.0
         calls, failures = per_row[:, 3], per_row[:, 4]
@@ -411,13 +412,13 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)
-        previous = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
-        if self._buffered_inputs is not previous:  # a rollout was just generated, shuffled and split
+        if not self.rollout.replayed:  # a rollout was just generated, shuffled and split
             if self.args.prefix_sharing and len(self._buffered_inputs) > 1:
                 self._buffered_inputs = _regroup_by_prompt(self._buffered_inputs)
                 inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
             self._freeze_old_logps(self._buffered_inputs)
+            self.rollout.replayed = True
         return inputs
 
     @torch.no_grad()
@@ -432,7 +433,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 batch["old_per_token_logps"] = logps
                 if router is not None:
                     batch["old_router_topk"] = router
-        self._timings[OLD_LOGP_SECONDS] += time.perf_counter() - start
+        self.step_state.timings[OLD_LOGP_SECONDS] += time.perf_counter() - start
 
     # ------------------------------------------------------------------ update
 
@@ -536,16 +537,17 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             sampling = inputs.get("sampling_per_token_logps")
             if sampling is not None and self.state.global_step % self.num_iterations == 0:  # update 0
                 self._record_on_policy(sampling, old, mask)
-        self._update_tokens += float(torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1).sum())
+            self.step_state.update_tokens += float(
+                torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1).sum())
         return weighted.loss
 
     def _record_micro_batch(self, weighted, entropies, mask, aux, router) -> None:
-        stats, metrics = self._step_stats, weighted.policy.metrics
+        stats, metrics = self.step_state.stats, weighted.policy.metrics
         loss, share, world = weighted.loss, weighted.share, weighted.world_size
         rows, tokens = metrics[NUM_VALID_ROWS], metrics[NUM_ACTION_TOKENS]
         finite = bool(torch.isfinite(loss.detach()))
         if not finite:
-            self._nonfinite.append(
+            self.step_state.nonfinite.append(
                 f"loss={loss.item()} (policy_loss={metrics[POLICY_LOSS]}, max_abs_log_ratio="
                 f"{metrics[MAX_ABS_LOG_RATIO]}, aux={None if aux is None else float(aux)})"
             )
@@ -572,17 +574,19 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _record_on_policy(self, sampling, old, mask) -> None:
         """Sampling vs replay log-probs (`on_policy_gap`); `_finish_step` moves them to the rollout's figures."""
         mean_gap, max_gap, kl, tokens = on_policy_gap(sampling, old, mask)
-        self._step_stats.add_mean(ONPOLICY_LOGP_ABS_DIFF_MEAN, mean_gap, tokens)
-        self._step_stats.add_max(ONPOLICY_LOGP_ABS_DIFF_MAX, max_gap)
-        self._step_stats.add_mean(ONPOLICY_KL, kl, tokens)
+        stats = self.step_state.stats
+        stats.add_mean(ONPOLICY_LOGP_ABS_DIFF_MEAN, mean_gap, tokens)
+        stats.add_max(ONPOLICY_LOGP_ABS_DIFF_MAX, max_gap)
+        stats.add_mean(ONPOLICY_KL, kl, tokens)
 
     def training_step(self, model, inputs, num_items_in_batch):
-        before = self._timings[ROLLOUT_SECONDS] + self._timings[OLD_LOGP_SECONDS]
+        timings = self.step_state.timings
+        before = timings[ROLLOUT_SECONDS] + timings[OLD_LOGP_SECONDS]
         start = time.perf_counter()
         loss = super().training_step(model, inputs, num_items_in_batch)
         elapsed = time.perf_counter() - start
-        spent_on_rollout = self._timings[ROLLOUT_SECONDS] + self._timings[OLD_LOGP_SECONDS] - before
-        self._timings[UPDATE_SECONDS] += elapsed - spent_on_rollout
+        spent_on_rollout = timings[ROLLOUT_SECONDS] + timings[OLD_LOGP_SECONDS] - before
+        timings[UPDATE_SECONDS] += elapsed - spent_on_rollout
         return loss
 
     def _get_grad_norm(self, model, grad_norm=None):
@@ -593,12 +597,12 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
 
     def _finish_step(self, grad_norm: float | None) -> None:
         """Reduce the step's figures over processes; stop on a non-finite loss or gradient."""
-        figures = self._step_stats.reduce(self.accelerator)
-        self._step_stats = StepAccumulator()
+        step_state = self.step_state
+        figures = step_state.stats.reduce(self.accelerator)
         step = self.state.global_step + 1
         loss_bad = figures.pop(NONFINITE_LOSS, 0.0) > 0
         if loss_bad or (grad_norm is not None and not math.isfinite(grad_norm)):
-            detail = "; ".join(self._nonfinite) or (
+            detail = "; ".join(step_state.nonfinite) or (
                 "the loss was non-finite on another process" if loss_bad
                 else "every loss was finite, the gradient was not"
             )
@@ -608,16 +612,15 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             )
         for key in ON_POLICY_KEYS:  # the rollout's, repeated by its later updates' records
             if key in figures:
-                self._rollout_stats[key] = figures.pop(key)
+                self.rollout.figures[key] = figures.pop(key)
         moe = {k: figures.pop(k) for k in list(figures) if is_router_count_key(k)}
         if moe and self.router_recorder is not None:
             figures.update(finalize_counts(moe, self.router_recorder.num_experts))
         figures[GRAD_NORM] = grad_norm
-        self._nonfinite.clear()
-        self._pending = figures
+        step_state.figures = figures
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and LOSS in logs and self._pending is not None:
+        if self.model.training and LOSS in logs and self.step_state.figures is not None:
             self.last_record = self._build_record(logs)
             if self.state.is_world_process_zero:
                 self.step_recorder.record(self.last_record)
@@ -634,22 +637,21 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _build_record(self, logs: dict[str, float]) -> dict[str, Any]:
         """One metrics.jsonl row: step, rollout, update, the step's figures, the rollout's, timings."""
         index = self.state.global_step - 1
-        figures, self._pending = self._pending, None
+        step_state, self.step_state = self.step_state, StepState()  # the next step starts
         record: dict[str, Any] = {
             STEP: self.state.global_step,
             ROLLOUT: index // self.num_iterations,
             UPDATE: index % self.num_iterations,
             LEARNING_RATE: logs.get(LEARNING_RATE),
         }
-        record.update(figures)
-        record.update(self._rollout_stats)
-        timings, self._timings = self._timings, dict.fromkeys(TIMING_KEYS, 0.0)
+        record.update(step_state.figures)
+        record.update(self.rollout.figures)
+        timings = step_state.timings
         record.update(timings)
-        update_tokens = self._update_tokens * self.accelerator.num_processes
-        self._update_tokens = 0.0
+        update_tokens = step_state.update_tokens * self.accelerator.num_processes
         record[UPDATE_TOKENS_PER_SECOND] = update_tokens / max(timings[UPDATE_SECONDS], 1e-9)
         rollout_time = timings[ROLLOUT_SECONDS]
-        generated = self._rollout_stats.get(ROLLOUT_GENERATED_TOKENS, 0.0)
+        generated = self.rollout.figures.get(ROLLOUT_GENERATED_TOKENS, 0.0)
         record[GENERATION_TOKENS_PER_SECOND] = generated / rollout_time if rollout_time > 0 else None
         return record
 
@@ -657,8 +659,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         """Checkpoint the last good step (the failed step's gradients are dropped); returns its path."""
         path = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
         self._step = self.state.global_step * self.args.gradient_accumulation_steps
-        self._step_stats = StepAccumulator()
-        self._nonfinite.clear()
+        self.step_state = StepState()  # the failed step's figures go with its gradients
         if not os.path.isdir(path):
             self._save_checkpoint(self.model_wrapped, trial=None)
         return path

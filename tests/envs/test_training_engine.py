@@ -84,7 +84,7 @@ def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokeni
             def counted(*a, real=real, trainer=trainer, **k):
                 calls.append(len(a[0]))
                 out = real(*a, **k)
-                hits.append(trainer._turn_cache.hits)
+                hits.append(trainer._generating.turn_cache.hits)
                 return out
 
             trainer._generate_single_turn = counted

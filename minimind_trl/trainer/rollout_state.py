@@ -1,0 +1,59 @@
+"""What one rollout and one optimizer step carry between the trainer's hooks.
+
+TRL splits a GRPO step over many hooks (generate, score, prepare, loss, grad norm, log). Our state
+travels between them in two objects instead of loose trainer attributes:
+
+* :class:`RolloutState` -- created when a rollout starts (``_generate_and_score_completions``),
+  filled while it is generated and scored (turn budgets, the engine's turn cache, the reward
+  matrix, tool counts), then, for a training rollout, kept as ``trainer.rollout``: the replay
+  freezes its old log-probs once (``replayed``) and every record of its updates repeats its
+  ``figures``. The next training rollout replaces it; an evaluation rollout never does.
+* :class:`StepState` -- one optimizer step's accounting, created empty after the previous step's
+  record: each micro-batch adds its figures (``stats``), action tokens and any non-finite detail;
+  the rollout, replay and update add their seconds (``timings``); ``_get_grad_norm`` reduces
+  ``stats`` into ``figures``; ``log`` turns ``figures`` into the metrics.jsonl record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from minimind_trl.engine.decode import TurnCache
+from minimind_trl.metric_names import TIMING_KEYS
+from minimind_trl.trainer.stats import StepAccumulator
+
+
+@dataclass
+class RolloutState:
+    """One rollout, from its start to its last update's record (module docstring).
+
+    ``first_contexts``: the first turn's contexts (the prompts), set by the first model turn; a
+    later turn's budget is ``max_completion_length`` minus what its row's completion holds.
+    ``turn_cache``: finished rows' keys and values for their next turn (``rollout_engine:
+    minimind``; dropped when generation ends). ``rewards_per_func``: (N_global, F), all processes,
+    group by group. ``tool_counts``: (calls, failed, malformed) per local row. ``figures``: the
+    rollout-wide metrics.jsonl figures (the on-policy gap filled by its update 0). ``replayed``:
+    its micro-batches hold their frozen old log-probs."""
+
+    first_contexts: list[list[int]] | None = None
+    turn_cache: TurnCache | None = None
+    rewards_per_func: torch.Tensor | None = None
+    tool_counts: list[tuple[int, int, int]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    replayed: bool = False
+
+
+@dataclass
+class StepState:
+    """One optimizer step's accounting (module docstring). ``update_tokens``: prompt + completion
+    tokens of this process's training micro-batches; ``figures``: ``stats`` reduced over processes
+    at the optimizer step, waiting for ``log``."""
+
+    stats: StepAccumulator = field(default_factory=StepAccumulator)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIMING_KEYS, 0.0))
+    update_tokens: float = 0.0
+    nonfinite: list[str] = field(default_factory=list)
+    figures: dict[str, float] | None = None
