@@ -38,12 +38,12 @@ from minimind_trl.trainer import (
     checkpoints,
     cli as trainer_cli,
     grpo_trainer,
-    kinds,
     moe,
     policy_pass,
     recipe,
     run,
 )
+from minimind_trl.trainer.kinds import distill as distill_kind
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = REPO_ROOT / "minimind_trl"
@@ -78,7 +78,7 @@ PRESETS = _ours(presets)
 TOKENIZER_BUILDER = _ours(tokenizer_builder)
 POLICY_PASS = _ours(policy_pass)
 MOE = _ours(moe)
-KINDS_FILE = _ours(kinds)
+DISTILL_KIND = _ours(distill_kind)
 RECIPE = _ours(recipe)
 RUN = _ours(run)
 TRAINER_CLI = _ours(trainer_cli)
@@ -237,7 +237,7 @@ CONTRACT: tuple[TouchPoint, ...] = (
       "ParseGuard: any parser failure reads as plain text",
       evidence=(("trl.chat_template_utils.parse_response", "tokenizer.parse_response("),
                 ("trl.chat_template_utils.parse_response", "except (ValueError, TypeError):"))),
-    T("trl.DistillationTrainer", "_tokenizer", READ, None, KINDS_FILE, "install ParseGuard for distillation"),
+    T("trl.DistillationTrainer", "_tokenizer", READ, None, DISTILL_KIND, "install ParseGuard for distillation"),
     T("trl.chat_template_utils", "parse_response", IMPORT,
       "(tokenizer: transformers.tokenization_utils_base.PreTrainedTokenizerBase, ids: list[int], "
       "prefix: list[int] | None = None, tools: list[dict | collections.abc.Callable] | None = None) -> dict",

@@ -33,7 +33,7 @@ from minimind_trl.envs.rollout import rollout
 from minimind_trl.modeling import save_for_hub
 from minimind_trl.rewards import format_reward, view_completion
 from minimind_trl.tokenization import load_tokenizer
-from minimind_trl.trainer.kinds import build_distill_trainer, distill_config
+from minimind_trl.trainer.kinds.distill import build_distill_trainer, distill_config
 from minimind_trl.trainer.recipe import validate_recipe
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -23,8 +23,8 @@ from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.objectives import ObjectiveConfig
-from minimind_trl.trainer import build, cli, kinds
-from minimind_trl.trainer.kinds import TrainingKind, get_kind, objective_section, register_kind
+from minimind_trl.trainer import build, cli
+from minimind_trl.trainer.kinds import TrainingKind, get_kind, grpo, register_kind, registry
 from minimind_trl.trainer.recipe import (
     MAX_BASE_CHAIN,
     SCHEMA,
@@ -220,9 +220,9 @@ def test_a_new_objective_config_field_becomes_a_recipe_key(monkeypatch):
         entropy_bonus: float = 0.0
         new_knob: int | None = None
 
-    monkeypatch.setattr(kinds, "ObjectiveConfig", Wider)
-    monkeypatch.setattr(kinds, "OBJECTIVE_PRESETS", {**kinds.OBJECTIVE_PRESETS, "wide": {"new_knob": 3}})
-    section = objective_section()
+    monkeypatch.setattr(grpo, "ObjectiveConfig", Wider)
+    monkeypatch.setattr(grpo, "OBJECTIVE_PRESETS", {**grpo.OBJECTIVE_PRESETS, "wide": {"new_knob": 3}})
+    section = grpo.objective_section()
     assert section["entropy_bonus"] == 0.0 and section["new_knob"] is None  # a preset sets new_knob: null = preset's
     assert list(section)[-2:] == ["entropy_bonus", "new_knob"]
 
@@ -237,7 +237,7 @@ class ToyConfig:
 
 @pytest.fixture
 def toy_kind(monkeypatch):
-    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
     built = []
 
     def make_trainer(recipe, config, model, tokenizer, rows, eval_rows):

@@ -24,6 +24,7 @@ from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import save_for_hub
 from minimind_trl.run_folder import ADAPTER, FINAL_MODEL
 from minimind_trl.trainer import cli, kinds
+from minimind_trl.trainer.kinds import distill, dpo, registry
 from minimind_trl.trainer.recipe import (
     LEFT_OUT_WHEN_UNSET,
     RecipeError,
@@ -196,7 +197,7 @@ def test_peft_section_is_optional_and_leaves_older_hashes_alone():
     assert "peft" not in recipe and recipe["sft"] == {"max_length": 1024, "mode": "sft"}
     lora = validate_recipe({**BASE, "kind": "sft", "peft": {"target_modules": ["q_proj"]}})
     assert lora["peft"] == {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj"]}
-    config = kinds.peft_config(lora)
+    config = registry.peft_config(lora)
     assert (config.r, config.lora_alpha, set(config.target_modules)) == (16, 32, {"q_proj"})
 
 
@@ -278,18 +279,18 @@ def test_dpo_trains_against_the_initial_model(tmp_path, data, lora):
 def test_dpo_rows_are_rendered_with_the_chat_template(data):
     tokenizer = tiny_tokenizer()
     rows = [json.loads(line) for line in (data / "dpo" / "train.jsonl").read_text().splitlines()]
-    dataset = kinds.dpo_dataset(rows, tokenizer)
+    dataset = dpo.dpo_dataset(rows, tokenizer)
     row = dataset[0]
     assert row["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") and "<tools>" in row["prompt"]
     assert row["chosen"].endswith("<|im_end|>") and "<tool_call>" in row["chosen"]
     assert row["rejected"] == "It is 7.<|im_end|>"
     with pytest.raises(RecipeError, match="identical"):
-        kinds.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": rows[0]["chosen"]}], tokenizer)
+        dpo.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": rows[0]["chosen"]}], tokenizer)
     other_question = [rows[0]["chosen"][0], {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
     with pytest.raises(RecipeError, match="share a prompt"):
-        kinds.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": other_question}], tokenizer)
+        dpo.dpo_dataset([{"chosen": rows[0]["chosen"], "rejected": other_question}], tokenizer)
     with pytest.raises(RecipeError, match="needs 'chosen' and 'rejected'"):
-        kinds.dpo_dataset([{"chosen": rows[0]["chosen"]}], tokenizer)
+        dpo.dpo_dataset([{"chosen": rows[0]["chosen"]}], tokenizer)
 
 
 def test_distillation_from_a_teacher_folder(tmp_path, data, make_tiny_model):
@@ -303,11 +304,11 @@ def test_distillation_from_a_teacher_folder(tmp_path, data, make_tiny_model):
 
 
 def test_distill_tools_answer_like_the_environment():
-    tools = kinds.distill_tools({"max_tool_turns": 2, "tool_names": ["calculate_math", "unit_converter"]})
+    tools = distill.distill_tools({"max_tool_turns": 2, "tool_names": ["calculate_math", "unit_converter"]})
     assert [t.__name__ for t in tools] == ["calculate_math", "unit_converter"]
     assert json.loads(tools[0](expression="6*7")) == {"result": "42"}
     assert "error" in json.loads(tools[0](expression="import os"))
-    assert kinds.distill_tools({"max_tool_turns": 0, "tool_names": None}) == []
+    assert distill.distill_tools({"max_tool_turns": 0, "tool_names": None}) == []
 
 
 def test_lora_grpo_runs_and_merges(tmp_path, data):

@@ -15,7 +15,8 @@ from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.trainer import cli
-from minimind_trl.trainer.kinds import grpo_config, grpo_dataset, sft_dataset
+from minimind_trl.trainer.kinds.grpo import grpo_config, grpo_dataset
+from minimind_trl.trainer.kinds.sft import sft_dataset
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256, validate_recipe
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
