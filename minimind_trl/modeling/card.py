@@ -46,7 +46,9 @@ def _load_snippet(format: str, repo_id: str, with_tokenizer: bool) -> str:
     lines = ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
              f'model = AutoModelForCausalLM.from_pretrained("{repo_id}"{remote})']
     if with_tokenizer:
-        lines += [f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")',
+        # AutoTokenizer reads config.json too, whose auto_map names the remote code: without the flag
+        # it asks "run the custom code? [y/N]" and, declined, warns about a model of type ``
+        lines += [f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}"{remote})',
                   'messages = [{"role": "user", "content": "What is 12 * 7?"}]',
                   "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
                   'return_dict=True, return_tensors="pt")',

@@ -314,3 +314,20 @@ def test_exported_tokenizer_config_has_no_local_leftovers(tmp_path, make_tiny_mo
         sample = "<|im_start|>user\n12 * 7 = 84<tool_call><|im_end|>"
         assert again(sample)["input_ids"] == tokenizer(sample)["input_ids"]
         assert again.chat_template == tokenizer.chat_template
+
+
+def test_the_cards_load_snippet_runs_in_a_fresh_process_without_prompt_or_warning(tmp_path, make_tiny_model,
+                                                                                    tokenizer):
+    """The card's "How to load" code, run as a user would (plain transformers, stdin closed): no
+    "run the custom code? [y/N]" prompt (AutoTokenizer reads config.json, whose auto_map names the
+    remote code) and no "model of type ``" warning; it generates."""
+    folder = save_for_hub(make_tiny_model(), tokenizer, tmp_path / "export", format="minimind")
+    card = (folder / "README.md").read_text()
+    snippet = card.split("```python\n", 1)[1].split("```", 1)[0]
+    assert snippet.count("trust_remote_code=True") == 2  # the model and the tokenizer
+    (tmp_path / "snippet.py").write_text(snippet.replace('"."', json.dumps(str(folder))))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": "", "TRANSFORMERS_VERBOSITY": "warning"}
+    result = subprocess.run([sys.executable, str(tmp_path / "snippet.py")], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "custom code" not in result.stderr and "model of type ``" not in result.stderr, result.stderr[-2000:]
