@@ -33,6 +33,7 @@ from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
+from transformers.modeling_layers import GenericForSequenceClassification
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast, MoeModelOutputWithPast
 from transformers.modeling_utils import PreTrainedModel, slice_logits_to_keep
 from transformers.models.qwen3.modeling_qwen3 import (
@@ -272,4 +273,11 @@ class MiniMindForCausalLM(MiniMindPreTrainedModel, GenerationMixin):
         )
 
 
-__all__ = ["MiniMindForCausalLM", "MiniMindModel", "MiniMindPreTrainedModel", "router_aux_loss"]
+class MiniMindForSequenceClassification(GenericForSequenceClassification, MiniMindPreTrainedModel):
+    """MiniMind with a linear ``score`` head on the last real token (transformers' generic
+    sequence-classification head, as Qwen3's): the reward model of protocol E4, trained by the
+    ``reward`` recipe kind from a causal-LM folder (its LM head is dropped, ``score`` is new)."""
+
+
+__all__ = ["MiniMindForCausalLM", "MiniMindForSequenceClassification", "MiniMindModel", "MiniMindPreTrainedModel",
+           "router_aux_loss"]

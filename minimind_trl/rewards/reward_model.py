@@ -25,7 +25,17 @@ from minimind_trl.rewards.rewards import RewardFunction
 from minimind_trl.rewards.trajectory import view_completion
 
 
-def _question(prompt) -> str:
+def render_for_reward_model(tokenizer, question: str, answer: str) -> str:
+    """The text a reward model scores (module docstring): the one rendering the scorer and the
+    ``reward`` recipe kind, which trains reward models, share."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        return tokenizer.apply_chat_template(messages, tokenize=False)
+    return f"{question}\n{answer}"
+
+
+def prompt_question(prompt) -> str:
+    """The question a reward model sees: the last user message (the whole prompt if a string)."""
     if isinstance(prompt, str):
         return prompt
     users = [m.get("content", "") for m in prompt or [] if m.get("role") == "user"]
@@ -48,11 +58,7 @@ class RewardModelScorer:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
 
     def render(self, question: str, answer: str) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            messages = [{"role": "user", "content": question},
-                        {"role": "assistant", "content": answer}]
-            return self.tokenizer.apply_chat_template(messages, tokenize=False)
-        return f"{question}\n{answer}"
+        return render_for_reward_model(self.tokenizer, question, answer)
 
     def score(self, questions: list[str], answers: list[str]) -> list[float]:
         texts = [self.render(q, a) for q, a in zip(questions, answers)]
@@ -76,8 +82,8 @@ def reward_model_folder_problem(path) -> str | None:
     folder = Path(path)
     if not folder.is_dir():
         return (f"{path} is not a folder: point it at a local AutoModelForSequenceClassification folder "
-                "(--set rewards.0.options.path=DIR); this project does not train reward models yet, and a "
-                "missing folder is never looked up on the Hub")
+                "(--set rewards.0.options.path=DIR), e.g. the final/ of a run of recipes/e4/reward_model.yaml; "
+                "a missing folder is never looked up on the Hub")
     if not (folder / "config.json").is_file():
         return f"{path} holds no config.json: not a model folder (a run folder's model is in its final/)"
     return None
@@ -94,7 +100,7 @@ def make_reward_model_reward(path: str, device: str | None = None, max_length: i
 
     def reward(prompts, completions, **kwargs) -> list[float]:
         answers = [view_completion(c).final_answer for c in completions]
-        return scorer.score([_question(p) for p in prompts], answers)
+        return scorer.score([prompt_question(p) for p in prompts], answers)
 
     reward.__name__ = reward.__qualname__ = name
     reward.scorer = scorer

@@ -14,11 +14,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.fsio import DataError, DataFormatError, iter_jsonl_objects, sha256_file
-from minimind_trl.modeling import MiniMindForCausalLM, get_preset, load_native_checkpoint
+from minimind_trl.modeling import (
+    MiniMindForCausalLM,
+    MiniMindForSequenceClassification,
+    get_preset,
+    load_native_checkpoint,
+)
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.tokenization.loading import TokenizerMismatchError, resolve_tokenizer_folder
 from minimind_trl.trainer.kinds import get_kind
@@ -54,9 +59,21 @@ def build_tokenizer(recipe: dict):
     return load_tokenizer(tokenizer_folder(recipe))
 
 
-def build_model(spec: dict):
-    """A MiniMind preset (random init, or an upstream ``.pth`` via ``native``) or a Hub folder."""
+def build_model(spec: dict, head: str = "causal_lm"):
+    """A MiniMind preset (random init, or an upstream ``.pth`` via ``native``) or a Hub folder, as a
+    causal LM or, with ``head="sequence_classification"``, a one-label sequence classifier (the
+    backbone's weights, a new ``score`` head: a reward model to train)."""
     dtype = MODEL_DTYPES[spec["dtype"]]
+    if head == "sequence_classification":
+        if spec["native"] is not None:
+            raise RecipeError("recipe: model.native: a reward model starts from a model folder or a preset")
+        if spec["path"] is not None:
+            if not Path(spec["path"]).is_dir():
+                raise RecipeError(f"recipe: model.path: no such folder {spec['path']}")
+            return AutoModelForSequenceClassification.from_pretrained(spec["path"], num_labels=1, dtype=dtype)
+        config = get_preset(spec["preset"], **spec["config"])
+        config.num_labels = 1
+        return MiniMindForSequenceClassification(config).to(dtype)
     if spec["path"] is not None:
         if not Path(spec["path"]).is_dir() and not _REPO_ID.fullmatch(spec["path"]):
             raise RecipeError(f"recipe: model.path: no such folder {spec['path']}")

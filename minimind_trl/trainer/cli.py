@@ -109,7 +109,7 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
             data_info = {**data_info, "eval": eval_info}
     build.check_plugins(recipe)
     with recipe_key("model"):
-        model = build.build_model(recipe["model"])
+        model = build.build_model(recipe["model"], get_kind(recipe["kind"]).model_head)
     initial = Path(run_dir) / INITIAL_MODEL
     if state.is_main_process and not initial.is_dir():
         run.save_initial_model(model, initial)

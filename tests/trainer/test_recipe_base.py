@@ -282,7 +282,7 @@ def test_a_registered_kind_is_validated_and_built_through_the_registry(toy_kind,
         assert message in str(info.value), (change, str(info.value))
     with pytest.raises(RecipeError, match=r"data\.eval_split is for kinds grpo, sft and toy, not 'dpo'"):
         validate_recipe({"kind": "dpo", "model": {"preset": "tiny"}, "data": {"path": "x", "eval_split": "val"}})
-    with pytest.raises(RecipeError, match=r"kind must be one of \('grpo', 'sft', 'dpo', 'distill', 'toy'\)"):
+    with pytest.raises(RecipeError, match=r"kind must be one of \('grpo', 'sft', 'dpo', 'distill', 'reward', 'toy'\)"):
         validate_recipe({**raw, "kind": "ppo"})
 
 

@@ -8,6 +8,8 @@ distillation each run two steps of the tiny preset through ``minimind-trl train`
 from __future__ import annotations
 
 import json
+import math
+import random
 import shutil
 from pathlib import Path
 
@@ -22,9 +24,10 @@ from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import save_for_hub
+from minimind_trl.rewards.reward_model import RewardModelScorer, reward_model_folder_problem
 from minimind_trl.run_folder import ADAPTER, FINAL_MODEL
 from minimind_trl.trainer import cli, kinds
-from minimind_trl.trainer.kinds import distill, dpo, registry
+from minimind_trl.trainer.kinds import distill, dpo, registry, reward
 from minimind_trl.trainer.recipe import (
     LEFT_OUT_WHEN_UNSET,
     RecipeError,
@@ -63,7 +66,8 @@ def _config(recipe: dict, tmp_path: Path):
 
 def test_the_recipe_folder_holds_every_condition():
     names = {rel(p) for p in ALL}
-    expected = {"e0/pretrain.yaml", "e0/sft.yaml", "e4/grpo_reward_model.yaml", "smoke_grpo.yaml", "smoke_sft.yaml",
+    expected = {"e0/pretrain.yaml", "e0/sft.yaml", "e4/grpo_reward_model.yaml", "e4/reward_model.yaml",
+                "smoke_grpo.yaml", "smoke_sft.yaml",
                 "e2/zscore_fixed_length.yaml", "e2/center_seq_mean.yaml",
                 *(f"e{n}/{o}.yaml" for n in (1, 3) for o in OBJECTIVES),
                 *(f"extra/{x}.yaml" for x in ("dpo", "sft_lora", "grpo_lora", "distill"))}
@@ -430,3 +434,36 @@ def test_sft_pack_is_for_pretraining_only_and_off_leaves_hashes_alone():
         validate_recipe({**BASE, "kind": "sft", "sft": {"pack": True}})
     with pytest.raises(RecipeError, match="sft.pack must be true or false"):
         validate_recipe({**BASE, "kind": "sft", "sft": {"mode": "pretrain", "pack": "yes"}})
+
+
+def test_reward_pairs_state_the_gt_against_near_misses(data):
+    """chosen states every GT value; rejected is the same answer with each value moved (a near miss
+    in the value's own decimals); the rendering is the one the E4 reward scores answers with."""
+    tasks = [json.loads(line) for line in (data / "tasks" / "train.jsonl").read_text().splitlines()]
+    pairs = reward.reward_pairs(tasks, pairs_per_question=2, seed=3)
+    assert len(pairs) == 2 * len(tasks)
+    for task, pair in zip([t for t in tasks for _ in range(2)], pairs):
+        assert all(str(v) in pair["chosen"] for v in task["gt"]) and pair["rejected"] != pair["chosen"]
+        assert pair["question"] and pair["question"] in json.dumps(task["conversations"], ensure_ascii=False)
+    rng = random.Random(0)
+    for value in ("12", "0.75", "-3", "1000000", "2.5"):
+        miss = reward.near_miss(value, rng)
+        assert float(miss) != float(value)
+        assert ("." in miss) == ("." in value) and len(miss.partition(".")[2]) == len(value.partition(".")[2])
+    assert reward.answer_text({"gt": ["4"]}, ["4"]) == "The answer is 4."  # rows without reference calls
+    with pytest.raises(RecipeError, match="reward row 1: needs a non-empty 'gt' list"):
+        reward.reward_pairs([{"conversations": tasks[0]["conversations"]}], 1, 0)
+
+
+def test_a_reward_model_trains_and_the_e4_reward_loads_it(tmp_path, data):
+    """kind reward: a one-label MiniMindForSequenceClassification trained with TRL's RewardTrainer;
+    its final/ is what recipes/e4 names as rewards.0.options.path, and the E4 scorer loads it."""
+    run_dir = _train(tmp_path, {"kind": "reward", "data": {"path": str(data / "tasks"), "verify": False},
+                                "reward": {"max_length": 256, "pairs_per_question": 1}, "training": TRAIN})
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert all("loss" in r for r in rows)
+    scorer = RewardModelScorer(str(run_dir / FINAL_MODEL), device="cpu")
+    assert type(scorer.model).__name__ == "MiniMindForSequenceClassification"
+    scores = scorer.score(["What is 3*7?", "What is 3*7?"], ["The answer is 21.", "The answer is 24."])
+    assert len(scores) == 2 and all(math.isfinite(s) for s in scores)
+    assert reward_model_folder_problem(str(run_dir / FINAL_MODEL)) is None

@@ -19,7 +19,9 @@ Kinds: ``grpo`` (our GRPOTrainer subclass with the tool environment; sections ``
 ``rollout``, top-level ``rewards``), ``sft`` (``MiniMindSFTTrainer``: assistant-only SFT, or
 ``sft.mode: pretrain`` on ``{"text"}`` rows), ``dpo`` (TRL ``DPOTrainer`` on ``{"chosen",
 "rejected"}`` conversation rows) and ``distill`` (TRL ``DistillationTrainer``: on-policy
-generalized-JSD distillation from a teacher, tools included). The objective section's keys are
+generalized-JSD distillation from a teacher, tools included) and ``reward`` (TRL
+``RewardTrainer``: a sequence-classification reward model for E4 from task rows' GT answers and
+near misses). The objective section's keys are
 ``preset`` plus the fields of :class:`~minimind_trl.objectives.ObjectiveConfig` themselves.
 """
 
@@ -29,6 +31,7 @@ from minimind_trl.trainer.kinds import grpo  # noqa: F401
 from minimind_trl.trainer.kinds import sft  # noqa: F401
 from minimind_trl.trainer.kinds import dpo  # noqa: F401
 from minimind_trl.trainer.kinds import distill  # noqa: F401
+from minimind_trl.trainer.kinds import reward  # noqa: F401
 # isort: on
 from minimind_trl.trainer.kinds.registry import TrainingKind, get_kind, kind_names, register_kind, registered_kinds
 
