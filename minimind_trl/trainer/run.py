@@ -309,6 +309,15 @@ def run_training(trainer, run_dir: str | os.PathLike, resume_from: str | None) -
                              "says failed: fix the cause (disk space, permissions) and rerun with --resume") from None
 
 
+def remove_draft_card(run_dir: str | os.PathLike) -> None:
+    """Delete the README.md TRL's trainers write into the run folder at every checkpoint (a draft
+    card, "generated_from_trainer", that names no base model); the run's model card is
+    ``final/README.md``. A README.md written by anyone else is kept."""
+    card = Path(run_dir) / "README.md"
+    if card.is_file() and "generated_from_trainer" in card.read_text(encoding="utf-8", errors="replace"):
+        card.unlink()
+
+
 def _train_and_save(trainer, run_dir: str | os.PathLike, resume_from: str | None) -> dict[str, Any]:
     """Train, then write the final weights and the status; a non-finite value stops the run.
 
@@ -365,6 +374,7 @@ def _train_and_save(trainer, run_dir: str | os.PathLike, resume_from: str | None
         save_final_model(merged_model(trainer.accelerator.unwrap_model(trainer.model), run_dir),
                          trainer.processing_class, final)
     if main:
+        remove_draft_card(run_dir)
         status = {"step": trainer.state.global_step, "train_loss": training_loss, "final_model": str(final)}
         write_status(run_dir, "completed", **status)
     trainer.accelerator.wait_for_everyone()

@@ -37,7 +37,7 @@ from minimind_trl.trainer.recipe import (
     validate_recipe,
 )
 from minimind_trl.trainer.recorder import read_metrics
-from minimind_trl.trainer.run import read_status
+from minimind_trl.trainer.run import read_status, remove_draft_card
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ALL = sorted(RECIPES.rglob("*.yaml"))
@@ -241,6 +241,7 @@ def _train(tmp_path: Path, recipe: dict, name: str = "run") -> Path:
     assert cli.main([str(path), "--output-dir", str(run_dir)]) == 0
     assert read_status(run_dir)["state"] == "completed"
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
+    assert not (run_dir / "README.md").exists()  # TRL's draft card removed; the model card is final/'s
     return run_dir
 
 
@@ -434,6 +435,15 @@ def test_sft_pack_is_for_pretraining_only_and_off_leaves_hashes_alone():
         validate_recipe({**BASE, "kind": "sft", "sft": {"pack": True}})
     with pytest.raises(RecipeError, match="sft.pack must be true or false"):
         validate_recipe({**BASE, "kind": "sft", "sft": {"mode": "pretrain", "pack": "yes"}})
+
+
+def test_only_trls_draft_card_is_removed_from_a_run_folder(tmp_path):
+    (tmp_path / "README.md").write_text("---\ntags:\n- generated_from_trainer\n---\n# model\n")
+    remove_draft_card(tmp_path)
+    assert not (tmp_path / "README.md").exists()
+    (tmp_path / "README.md").write_text("notes of my own")
+    remove_draft_card(tmp_path)
+    assert (tmp_path / "README.md").read_text() == "notes of my own"
 
 
 def test_reward_pairs_state_the_gt_against_near_misses(data):
