@@ -38,6 +38,12 @@ Layout of ``OUT``::
     logs/<protocol>/<name>.log             output of every command the sweep ran (appended)
     sweep-<protocol>.json                  what the last sweep did: commands, actions, exit codes, times
 
+Conditions train one after another, each in a fresh process, then every evaluation runs. With
+``--gpus 0,1,2,3`` they run side by side instead, one per GPU slot (``0,1:2,3``: two slots of two
+GPUs, for a ``--launcher`` that starts several processes), each child seeing only its slot
+through ``CUDA_VISIBLE_DEVICES``; the evaluations share the slots the same way, and the summary
+and plots follow on the CPU.
+
 Reruns are safe. A run folder whose ``status.json`` says ``completed`` is skipped; one with a
 manifest but no completed status (killed or interrupted) is resumed with ``--resume`` from its
 newest checkpoint; one that stopped on a non-finite value is reported and left alone. A run folder
@@ -71,11 +77,15 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
+import queue
 import shlex
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,7 +115,9 @@ BASELINE = "sft"
 PREFIX = "minimind-trl sweep"
 _IGNORED_DECODING = ("batch_size", "device", "greedy", "dtype")  # run-time choices and fixed values: not compared
 
-Runner = Callable[[list[str], Path], int]
+Runner = Callable[..., int]
+"""``run(args, log) -> exit code`` runs ``minimind-trl ARGS``; with ``--gpus`` it is called as
+``run(args, log, devices="0,1")``, the child seeing only those GPUs (``CUDA_VISIBLE_DEVICES``)."""
 
 
 class SweepError(RuntimeError):
@@ -159,6 +171,49 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _gpu_slots(text: str) -> list[str]:
+    """``--gpus``: comma-separated ids are one-GPU slots; ``:`` separates multi-GPU slots."""
+    groups = text.split(":") if ":" in text else text.split(",")
+    slots, seen = [], []
+    for group in groups:
+        ids = [part.strip() for part in group.split(",")]
+        if not group.strip() or not all(part.isdigit() for part in ids):
+            raise argparse.ArgumentTypeError(f"expected GPU ids like 0,1,2,3 or 0,1:2,3, got {text!r}")
+        seen += ids
+        slots.append(",".join(ids))
+    if len(set(seen)) != len(seen):
+        raise argparse.ArgumentTypeError(f"a GPU id appears twice in {text!r}")
+    return slots
+
+
+def in_slots(jobs: list[Callable[[str | None], Any]], slots: list[str] | None) -> None:
+    """Run each ``job(slot)``: one after another with slot None, or side by side with at most one
+    job per slot at a time (threads; each job waits for a free slot). A job's exception is
+    raised once every started job has finished."""
+    if not slots:
+        for job in jobs:
+            job(None)
+        return
+    free: queue.Queue[str] = queue.Queue()
+    for slot in slots:
+        free.put(slot)
+
+    def work(job):
+        slot = free.get()
+        try:
+            return job(slot)
+        finally:
+            free.put(slot)
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        for future in [pool.submit(work, job) for job in jobs]:
+            future.result()
+
+
+def _call(run: Runner, args: list[str], log: Path, devices: str | None) -> int:
+    return run(args, log) if devices is None else run(args, log, devices=devices)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PREFIX,
@@ -180,6 +235,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--launcher", default=None,
                         help='prefix of the train command, e.g. "torchrun --nproc_per_node 4" '
                              '(then runs -m minimind_trl.cli)')
+    parser.add_argument("--gpus", type=_gpu_slots, default=None, metavar="IDS",
+                        help='run conditions (and evaluations) side by side, one per GPU slot: "0,1,2,3" is four '
+                             'one-GPU slots, "0,1:2,3" two two-GPU slots (with --launcher for several processes '
+                             "per condition); each child sees only its slot (CUDA_VISIBLE_DEVICES). Default: one "
+                             "after another on whatever the children see")
     parser.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate only the first N questions")
     parser.add_argument("--eval-batch-size", type=int, default=16)
@@ -321,8 +381,9 @@ def subprocess_runner(launcher: str | None = None) -> Runner:
     given) through :func:`~minimind_trl.subprocess_runner.run_cli`, its output appended to the log
     file after a ``=== TIME $ COMMAND`` line; returns the exit code."""
 
-    def run(args: list[str], log: Path) -> int:
-        return run_cli(args, log, launcher=launcher if args and args[0] == "train" else None)
+    def run(args: list[str], log: Path, devices: str | None = None) -> int:
+        env = None if devices is None else {**os.environ, "CUDA_VISIBLE_DEVICES": devices}
+        return run_cli(args, log, launcher=launcher if args and args[0] == "train" else None, env=env)
 
     return run
 
@@ -402,7 +463,7 @@ def dry_run(plan: Plan) -> int:
     return 2 if problems else 0
 
 
-def train_condition(plan: Plan, cond: Condition, run: Runner) -> None:
+def train_condition(plan: Plan, cond: Condition, run: Runner, devices: str | None = None) -> None:
     if cond.action in ("skip", "stopped"):
         note = "completed earlier" if cond.action == "skip" else "stopped on a non-finite value earlier (not resumed)"
         _say(f"{cond.label}: {note} ({cond.run_dir})")
@@ -414,9 +475,10 @@ def train_condition(plan: Plan, cond: Condition, run: Runner) -> None:
     args = train_args(plan, cond)
     log = _log_path(plan, f"{cond.label}.train")
     cond.log = str(log)
-    _say(f"{cond.label}: {'resuming' if cond.action == 'resume' else 'training'} -> {cond.run_dir}")
+    where = "" if devices is None else f" on GPU {devices}"
+    _say(f"{cond.label}: {'resuming' if cond.action == 'resume' else 'training'}{where} -> {cond.run_dir}")
     started = time.perf_counter()
-    cond.rc = run(args, log)
+    cond.rc = _call(run, args, log, devices)
     cond.seconds = round(time.perf_counter() - started, 1)
     if cond.rc != 0 or run_state(run_dir) != "completed":
         cond.action = "failed" if run_state(run_dir) != "stopped" else "stopped"
@@ -456,7 +518,7 @@ def eval_done(eval_dir: Path, checkpoint: Path, settings: dict[str, Any]) -> boo
 
 
 def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: dict[str, Any],
-             run: Runner) -> tuple[str, int | None]:
+             run: Runner, devices: str | None = None) -> tuple[str, int | None]:
     """Evaluate ``checkpoint`` into ``eval_dir`` (``eval`` commits the folder whole); (action, exit code)."""
     if eval_done(eval_dir, checkpoint, settings):
         _say(f"{name}: evaluated earlier ({eval_dir})")
@@ -469,8 +531,8 @@ def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: 
     if settings["limit"] is not None:
         args += ["--limit", str(settings["limit"])]
     log = _log_path(plan, f"{name}.eval")
-    _say(f"{name}: evaluating {checkpoint} on {settings['split']}")
-    rc = run(args, log)
+    _say(f"{name}: evaluating {checkpoint} on {settings['split']}{'' if devices is None else f' on GPU {devices}'}")
+    rc = _call(run, args, log, devices)
     if rc != 0 or not EvalFolder(eval_dir).is_complete():
         _say(f"{name}: eval exited with {rc}; see {log}")
         return "failed", rc
@@ -570,23 +632,39 @@ def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
 
 def _run_plan(plan, settings, args: argparse.Namespace, argv: list[str], started: str, run: Runner) -> int:
     """Train, evaluate, summarize and plot the planned conditions (the sweep folder is locked)."""
-    failed = False
     baseline_dir = Path(plan.out, "eval", plan.protocol, BASELINE)
     mine = [cond for cond in plan.conditions if cond.action not in ("other", "stale")]
+    slots, record_lock = args.gpus, threading.Lock()
+
+    def save_record() -> None:
+        with record_lock:  # jobs finish in other threads with --gpus
+            write_record(plan, argv, started, {})
+
+    def train(cond: Condition):
+        def job(devices: str | None) -> None:
+            train_condition(plan, cond, run, devices)
+            save_record()
+        return job
+
+    in_slots([train(cond) for cond in mine], slots)
+    baseline: list[str] = []
+
+    def evaluate_baseline(devices: str | None) -> None:
+        baseline.append(evaluate(plan, BASELINE, Path(plan.sft), baseline_dir, settings, run, devices)[0])
+
+    def evaluate_run(cond: Condition):
+        def job(devices: str | None) -> None:
+            cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, RunFolder(cond.run_dir).final_dir,
+                                                      Path(cond.eval_dir), settings, run, devices)
+            save_record()
+        return job
+
+    trained = [cond for cond in mine if run_state(Path(cond.run_dir)) == "completed"]
     for cond in mine:
-        train_condition(plan, cond, run)
-        write_record(plan, argv, started, {})
-    baseline_action, _ = evaluate(plan, BASELINE, Path(plan.sft), baseline_dir, settings, run)
-    failed |= baseline_action == "failed"
-    for cond in mine:
-        if run_state(Path(cond.run_dir)) != "completed":
+        if cond not in trained:
             cond.eval_action = "none"
-            failed = True
-            continue
-        cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, RunFolder(cond.run_dir).final_dir,
-                                                  Path(cond.eval_dir), settings, run)
-        failed |= cond.eval_action == "failed"
-        write_record(plan, argv, started, {})
+    in_slots([evaluate_baseline, *(evaluate_run(cond) for cond in trained)], slots)
+    failed = baseline == ["failed"] or len(trained) < len(mine) or any(c.eval_action == "failed" for c in trained)
     outputs = summarize_and_plot(plan, args, run)
     failed |= "failed" in outputs
     record = write_record(plan, argv, started, {"baseline_eval": str(baseline_dir), **outputs})

@@ -7,9 +7,12 @@ runner itself is checked separately, and tests/test_smoke_e2e.py drives the real
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +226,58 @@ def test_subprocess_runner_logs_and_uses_the_launcher(tmp_path):
     assert "minimind-trl --version" not in log.read_text() and "-m minimind_trl.cli --version" in log.read_text()
     launched = sweep.subprocess_runner(f"{sys.executable}")(["train", "--help"], log)
     assert launched == 0 and "usage: minimind-trl train" in log.read_text()
+
+
+def test_gpu_slots_parse_one_and_several_gpus_per_slot():
+    assert sweep._gpu_slots("0,1,2,3") == ["0", "1", "2", "3"]
+    assert sweep._gpu_slots("0,1:2,3") == ["0,1", "2,3"]
+    for bad in ("0,0", "0,1:1", "a", "0,,1", "0:"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            sweep._gpu_slots(bad)
+
+
+def test_in_slots_runs_side_by_side_one_job_per_slot():
+    lock, running, seen = threading.Lock(), {}, []
+
+    def job(i):
+        def run(slot):
+            with lock:
+                assert slot not in running.values(), "two jobs on one slot"
+                running[i] = slot
+                seen.append((i, slot, len(running)))
+            time.sleep(0.05)
+            with lock:
+                del running[i]
+        return run
+
+    sweep.in_slots([job(i) for i in range(6)], ["0", "1"])
+    assert sorted(i for i, _, _ in seen) == list(range(6)) and {s for _, s, _ in seen} == {"0", "1"}
+    assert max(n for _, _, n in seen) == 2  # both slots busy at once
+    order = []
+    sweep.in_slots([lambda slot, i=i: order.append((i, slot)) for i in range(3)], None)
+    assert order == [(0, None), (1, None), (2, None)]  # no --gpus: one after another
+
+
+def test_the_subprocess_runner_shows_the_child_only_its_gpus(tmp_path):
+    log = tmp_path / "gpus.log"
+    code = "import os; print('seen:', os.environ.get('CUDA_VISIBLE_DEVICES', 'all'))"
+    run = sweep.subprocess_runner(f'{sys.executable} -c "{code}"')  # the "launcher" prints what the child sees
+    assert run(["train"], log, devices="2,3") == 0 and "\nseen: 2,3\n" in log.read_text()
+    assert run(["train"], log) == 0 and "\nseen: all\n" in log.read_text()
+
+
+def test_a_sweep_with_gpus_gives_every_command_a_slot(setup, tmp_path):
+    lock, devices = threading.Lock(), []
+
+    class SlotRecorder(Recorder):
+        def __call__(self, args, log, devices_=None, **kwargs):
+            with lock:  # in-process commands share torch state: one at a time, slots only recorded
+                devices.append((args[0], kwargs.get("devices")))
+                return super().__call__(args, log)
+
+    out = tmp_path / "out"
+    assert sweep.main(_argv(setup, out, "--gpus", "0,1"), runner=SlotRecorder()) == 0
+    trains = [d for c, d in devices if c == "train"]
+    evals = [d for c, d in devices if c == "eval"]
+    assert len(trains) == 2 and len(evals) == 3 and set(trains + evals) <= {"0", "1"}
+    assert [c for c, d in devices if d is None] == ["summarize", "plot"]  # no GPU for the CPU steps
