@@ -175,7 +175,7 @@ class RunFolder:
         """The manifest's ``recipe_sha256`` (None without a readable manifest)."""
         try:
             manifest = self.manifest()
-        except DataFormatError:
+        except (OSError, DataFormatError):
             return None
         return None if manifest is None else manifest.get("recipe_sha256")
 
@@ -195,7 +195,7 @@ class RunFolder:
         if self.recipe_sha256() != recipe_sha256:
             try:
                 old = (self.manifest() or {}).get("recipe") or {}
-            except DataFormatError:
+            except (OSError, DataFormatError):
                 raise RunFolderConflict(f"{self.path}: its {MANIFEST} is unreadable; refusing to reuse it") from None
             changed = sorted(k for k in set(old) | set(recipe) if old.get(k) != recipe.get(k))
             raise RunFolderConflict(f"{self.path}: ran a different recipe (differs in {changed})")

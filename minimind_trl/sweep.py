@@ -188,8 +188,9 @@ def _gpu_slots(text: str) -> list[str]:
 
 def in_slots(jobs: list[Callable[[str | None], Any]], slots: list[str] | None) -> None:
     """Run each ``job(slot)``: one after another with slot None, or side by side with at most one
-    job per slot at a time (threads; each job waits for a free slot). A job's exception is
-    raised once every started job has finished."""
+    job per slot at a time (threads; each job waits for a free slot). An exception in a job, or
+    Ctrl-C, starts no further job; it is raised once the running ones have returned (a Ctrl-C
+    reaches their child processes too)."""
     if not slots:
         for job in jobs:
             job(None)
@@ -197,17 +198,49 @@ def in_slots(jobs: list[Callable[[str | None], Any]], slots: list[str] | None) -
     free: queue.Queue[str] = queue.Queue()
     for slot in slots:
         free.put(slot)
+    stop = threading.Event()
 
     def work(job):
         slot = free.get()
         try:
-            return job(slot)
+            if not stop.is_set():
+                return job(slot)
+            return None
+        except BaseException:
+            stop.set()
+            raise
         finally:
             free.put(slot)
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+    pool = ThreadPoolExecutor(max_workers=len(slots))
+    try:
         for future in [pool.submit(work, job) for job in jobs]:
             future.result()
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def visible_devices(slot: str, parent: str | None = None) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a child on ``slot`` (ids as ``--gpus`` gives them): ids index
+    the GPUs this process sees, so under a scheduler that set ``CUDA_VISIBLE_DEVICES=4,5`` slot
+    ``0`` is physical GPU 4. ``parent`` defaults to this process's ``CUDA_VISIBLE_DEVICES``."""
+    parent = os.environ.get("CUDA_VISIBLE_DEVICES") if parent is None else parent
+    if not parent:
+        return slot
+    visible = [part.strip() for part in parent.split(",")]
+    ids = [int(part) for part in slot.split(",")]
+    if max(ids) >= len(visible):
+        raise SweepError(f"--gpus {slot}: this process sees only {len(visible)} GPU(s) (CUDA_VISIBLE_DEVICES={parent})")
+    return ",".join(visible[i] for i in ids)
+
+
+def slot_port(slot: str) -> int:
+    """A rendezvous port of its own for each slot: 29500 + 1 + the slot's first GPU id (slots share
+    no id). ``{port}`` in ``--launcher`` is replaced by it; torchrun reads ``PET_MASTER_PORT``."""
+    return 29501 + int(slot.split(",")[0])
 
 
 def _call(run: Runner, args: list[str], log: Path, devices: str | None) -> int:
@@ -238,8 +271,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus", type=_gpu_slots, default=None, metavar="IDS",
                         help='run conditions (and evaluations) side by side, one per GPU slot: "0,1,2,3" is four '
                              'one-GPU slots, "0,1:2,3" two two-GPU slots (with --launcher for several processes '
-                             "per condition); each child sees only its slot (CUDA_VISIBLE_DEVICES). Default: one "
-                             "after another on whatever the children see")
+                             "per condition; {port} in it becomes the slot's own rendezvous port); each child sees "
+                             "only its slot (CUDA_VISIBLE_DEVICES). Default: one after another")
     parser.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate only the first N questions")
     parser.add_argument("--eval-batch-size", type=int, default=16)
@@ -382,8 +415,14 @@ def subprocess_runner(launcher: str | None = None) -> Runner:
     file after a ``=== TIME $ COMMAND`` line; returns the exit code."""
 
     def run(args: list[str], log: Path, devices: str | None = None) -> int:
-        env = None if devices is None else {**os.environ, "CUDA_VISIBLE_DEVICES": devices}
-        return run_cli(args, log, launcher=launcher if args and args[0] == "train" else None, env=env)
+        prefix = launcher if args and args[0] == "train" else None
+        env = None
+        if devices is not None:
+            port = str(slot_port(devices))  # side-by-side launchers must not share a rendezvous port
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_devices(devices), "MASTER_PORT": port,
+                   "PET_MASTER_PORT": port}
+            prefix = prefix.replace("{port}", port) if prefix else prefix
+        return run_cli(args, log, launcher=prefix, env=env)
 
     return run
 
@@ -621,6 +660,12 @@ def write_record(plan: Plan, argv: list[str], started: str, extra: dict[str, Any
 
 def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
     started = _now()
+    if args.gpus:
+        if args.eval_device.startswith("cuda:"):
+            raise SweepError(f"--eval-device {args.eval_device} with --gpus: each child sees only its slot's GPUs; "
+                             "use --eval-device auto or cuda")
+        for slot in args.gpus:
+            visible_devices(slot)  # refuses ids this process cannot see
     plan = plan_sweep(args)
     settings = eval_settings(args)
     if args.dry_run:

@@ -258,12 +258,37 @@ def test_in_slots_runs_side_by_side_one_job_per_slot():
     assert order == [(0, None), (1, None), (2, None)]  # no --gpus: one after another
 
 
-def test_the_subprocess_runner_shows_the_child_only_its_gpus(tmp_path):
+def test_the_subprocess_runner_shows_the_child_only_its_gpus(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     log = tmp_path / "gpus.log"
-    code = "import os; print('seen:', os.environ.get('CUDA_VISIBLE_DEVICES', 'all'))"
-    run = sweep.subprocess_runner(f'{sys.executable} -c "{code}"')  # the "launcher" prints what the child sees
-    assert run(["train"], log, devices="2,3") == 0 and "\nseen: 2,3\n" in log.read_text()
-    assert run(["train"], log) == 0 and "\nseen: all\n" in log.read_text()
+    code = ("import os, sys; print('seen:', os.environ.get('CUDA_VISIBLE_DEVICES', 'all'), "
+            "'port:', sys.argv[1], os.environ.get('PET_MASTER_PORT'))")
+    run = sweep.subprocess_runner(f'{sys.executable} -c "{code}" {{port}}')  # a "launcher" that prints what it got
+    assert run(["train"], log, devices="2,3") == 0 and "\nseen: 2,3 port: 29503 29503\n" in log.read_text()
+    assert run(["train"], log, devices="0") == 0 and "\nseen: 0 port: 29501 29501\n" in log.read_text()
+    assert run(["train"], log) == 0 and "\nseen: all port: {port} None\n" in log.read_text()
+
+
+def test_slots_index_the_gpus_this_process_sees():
+    assert sweep.visible_devices("0,1", parent="4,5,6") == "4,5" and sweep.visible_devices("2", parent="") == "2"
+    with pytest.raises(sweep.SweepError, match="sees only 2 GPU"):
+        sweep.visible_devices("2", parent="4,5")
+
+
+def test_a_failing_job_starts_no_further_job():
+    started = []
+
+    def job(i):
+        def run(slot):
+            started.append(i)
+            time.sleep(0.05)
+            if i == 0:
+                raise RuntimeError("boom")
+        return run
+
+    with pytest.raises(RuntimeError, match="boom"):
+        sweep.in_slots([job(i) for i in range(6)], ["0", "1"])
+    assert len(started) <= 3  # the two first, perhaps one that took the free slot before the stop
 
 
 def test_a_sweep_with_gpus_gives_every_command_a_slot(setup, tmp_path):
@@ -276,6 +301,8 @@ def test_a_sweep_with_gpus_gives_every_command_a_slot(setup, tmp_path):
                 return super().__call__(args, log)
 
     out = tmp_path / "out"
+    assert sweep.main(_argv(setup, out, "--gpus", "0,1", "--eval-device", "cuda:1"), runner=SlotRecorder()) == 2
+    assert devices == []  # refused before anything ran: each child sees only its slot
     assert sweep.main(_argv(setup, out, "--gpus", "0,1"), runner=SlotRecorder()) == 0
     trains = [d for c, d in devices if c == "train"]
     evals = [d for c, d in devices if c == "eval"]

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from huggingface_hub import HfApi
-from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+from huggingface_hub.errors import OfflineModeIsEnabled
+from huggingface_hub.utils import filter_repo_objects
 
 from minimind_trl.modeling.checkpoints import CheckpointError, resolve_checkpoint
 
@@ -34,8 +35,8 @@ def upload_folder_of(path: str | Path) -> Path:
         folder = folder / "final"
     resolve_checkpoint(folder)  # config.json and weights, or CheckpointNotFoundError
     if not (folder / "README.md").is_file():
-        raise CheckpointError(f"{folder} has no README.md model card: write the folder with `minimind-trl export` "
-                              "(or a run's final/), which adds one")
+        raise CheckpointError(f"{folder} has no README.md model card: `minimind-trl export` writes one for a "
+                              "MiniMind model; for another model (e.g. a reward model) write one yourself")
     return folder
 
 
@@ -57,8 +58,8 @@ def main(argv: list[str]) -> int:
     except CheckpointError as exc:
         print(f"minimind-trl push: {exc}", file=sys.stderr)
         return 2
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                   if p.is_file() and not any(p.match(pattern) for pattern in IGNORED))
+    everything = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    files = list(filter_repo_objects(everything, ignore_patterns=IGNORED))  # huggingface_hub's own filter
     if args.dry_run:
         print(f"would upload {len(files)} files of {folder} to {args.repo_id}:")
         print("\n".join(f"  {name}" for name in files))
@@ -73,8 +74,9 @@ def main(argv: list[str]) -> int:
         print("minimind-trl push: HF_HUB_OFFLINE is set: pushing needs the network (unset it for this command)",
               file=sys.stderr)
         return 2
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        print(f"minimind-trl push: {args.repo_id}: {str(exc).splitlines()[0]}", file=sys.stderr)
+    except Exception as exc:  # HTTP, connection (httpx), auth, disk: one line, whatever the library
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        print(f"minimind-trl push: {args.repo_id}: {first}", file=sys.stderr)
         return 2
     print(f"pushed {len(files)} files of {folder} to {getattr(commit, 'commit_url', args.repo_id)}")
     return 0

@@ -70,7 +70,9 @@ def build_model(spec: dict, head: str = "causal_lm"):
         if spec["path"] is not None:
             if not Path(spec["path"]).is_dir():
                 raise RecipeError(f"recipe: model.path: no such folder {spec['path']}")
-            return AutoModelForSequenceClassification.from_pretrained(spec["path"], num_labels=1, dtype=dtype)
+            model = AutoModelForSequenceClassification.from_pretrained(spec["path"], num_labels=1, dtype=dtype)
+            model.config.auto_map = None  # the causal LM's remote-code entries name no classifier: drop them
+            return model
         config = get_preset(spec["preset"], **spec["config"])
         config.num_labels = 1
         return MiniMindForSequenceClassification(config).to(dtype)

@@ -23,10 +23,10 @@ from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
-from minimind_trl.modeling import save_for_hub
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
 from minimind_trl.rewards.reward_model import RewardModelScorer, reward_model_folder_problem
 from minimind_trl.run_folder import ADAPTER, FINAL_MODEL
-from minimind_trl.trainer import cli, kinds
+from minimind_trl.trainer import build, cli, kinds
 from minimind_trl.trainer.kinds import distill, dpo, registry, reward
 from minimind_trl.trainer.recipe import (
     LEFT_OUT_WHEN_UNSET,
@@ -456,6 +456,8 @@ def test_reward_pairs_state_the_gt_against_near_misses(data):
         assert all(str(v) in pair["chosen"] for v in task["gt"]) and pair["rejected"] != pair["chosen"]
         assert pair["question"] and pair["question"] in json.dumps(task["conversations"], ensure_ascii=False)
     rng = random.Random(0)
+    assert reward.near_miss("inf", rng) != "inf" and reward.near_miss("1,234.5", rng).count(",") <= 1
+    assert "," in reward.near_miss("12,345", rng)  # thousands commas kept: they must not mark the right answer
     for value in ("12", "0.75", "-3", "1000000", "2.5"):
         miss = reward.near_miss(value, rng)
         assert float(miss) != float(value)
@@ -477,3 +479,16 @@ def test_a_reward_model_trains_and_the_e4_reward_loads_it(tmp_path, data):
     scores = scorer.score(["What is 3*7?", "What is 3*7?"], ["The answer is 21.", "The answer is 24."])
     assert len(scores) == 2 and all(math.isfinite(s) for s in scores)
     assert reward_model_folder_problem(str(run_dir / FINAL_MODEL)) is None
+    assert "auto_map" not in json.loads((run_dir / FINAL_MODEL / "config.json").read_text())
+
+
+def test_a_reward_model_from_a_minimind_folder_keeps_its_backbone_and_no_remote_code_map(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    lm = MiniMindForCausalLM(get_preset("tiny"))
+    folder = save_for_hub(lm, tokenizer, tmp_path / "sft")
+    assert json.loads((folder / "config.json").read_text())["auto_map"]  # the LM folder names its remote code
+    spec = {"path": str(folder), "preset": None, "native": None, "config": {}, "dtype": "float32"}
+    model = build.build_model(spec, head="sequence_classification")
+    assert type(model).__name__ == "MiniMindForSequenceClassification" and model.config.num_labels == 1
+    assert not model.config.auto_map
+    assert torch.equal(model.model.embed_tokens.weight, lm.model.embed_tokens.weight)  # the backbone came along

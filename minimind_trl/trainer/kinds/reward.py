@@ -19,6 +19,7 @@ preset: `MiniMindForSequenceClassification`, a new ``score`` head on the backbon
 
 from __future__ import annotations
 
+import math
 import random
 
 from datasets import Dataset
@@ -35,20 +36,23 @@ _SCALES = (0.5, 0.9, 1.1, 1.5, 2.0)
 
 
 def near_miss(value: str, rng: random.Random) -> str:
-    """A wrong value close to ``value`` in its own format (same number of decimals); a value that
-    is not a number gets " (approx.)"-free digits appended so it still differs."""
+    """A wrong value close to ``value`` in its own format (its decimals, its thousands commas); a
+    value that is not a finite number gets a digit appended, so that it still differs."""
     text = value.strip()
     try:
         number = float(text.replace(",", ""))
     except ValueError:
         return f"{text}0"
+    if not math.isfinite(number):
+        return f"{text}0"
+    grouping = "," if "," in text else ""
     decimals = len(text.split(".", 1)[1]) if "." in text else 0
     unit = 10.0 ** -decimals
     choice = rng.randrange(len(_SCALES) + 2)
     wrong = number * _SCALES[choice] if choice < len(_SCALES) else number + (unit if choice == len(_SCALES) else -unit)
-    formatted = f"{wrong:.{decimals}f}"
-    if float(formatted) == number:  # too small to move at this precision
-        formatted = f"{number + unit:.{decimals}f}"
+    formatted = f"{wrong:{grouping}.{decimals}f}"
+    if float(formatted.replace(",", "")) == number:  # too small to move at this precision
+        formatted = f"{number + unit:{grouping}.{decimals}f}"
     return formatted
 
 
