@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plot": ("minimind_trl.eval.cli", "plot_main", "PNG figures from metrics.jsonl / eval folders"),
     "export": ("minimind_trl.modeling.cli", "main",
                "write a checkpoint as a Hub folder (minimind / qwen3) or a GGUF file"),
-    "push": ("minimind_trl.modeling.push", "main", "upload a model folder (or a run's final/) to the Hugging Face Hub"),
+    "push": ("minimind_trl.push", "main", "upload a model folder (or a run's final/) to the Hugging Face Hub"),
     "sweep": ("minimind_trl.sweep", "main", "run a protocol (e1, e2, ...) condition by condition"),
     "demo": ("minimind_trl.demo", "main", "the CPU demo: tokenizer, data, SFT, four objectives, eval, summary"),
 }

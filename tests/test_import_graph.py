@@ -46,7 +46,7 @@ The layer order (lowest first), from the real dependencies of the finished restr
 6. ``rewards`` -- the verifier and reward functions (judge completions against the run's tools);
 7. ``trainer`` -- recipes, the GRPO and SFT trainers, run set-up;
 8. ``eval`` -- frozen evaluation of a run's checkpoints, statistics, reports, figures;
-9. ``sweep`` and ``demo`` -- drive training and evaluation as subprocesses;
+9. ``sweep``, ``demo`` and ``push`` -- drive training and evaluation as subprocesses; upload to the Hub;
 10. the dispatcher ``cli``, the root ``__init__`` and every area's command module ``<area>.cli``
    (``data.cli``, ``modeling.cli``, ...): a command front-end sits above everything it drives,
    wherever its file lives, and no module imports one (checked below).
@@ -90,7 +90,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rewards", ("rewards",)),
     ("trainer", ("trainer",)),
     ("eval", ("eval",)),
-    ("drivers", ("sweep", "demo")),
+    ("drivers", ("sweep", "demo", "push")),
     ("cli", ("cli", "")),
 ]
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from huggingface_hub.errors import OfflineModeIsEnabled
 
-from minimind_trl.modeling import push, save_for_hub
+from minimind_trl import push
+from minimind_trl.modeling import save_for_hub
+from minimind_trl.modeling.checkpoints import resolve_checkpoint
 
 
 class FakeApi:
@@ -78,3 +81,31 @@ def test_bad_folders_and_hub_failures_are_one_line_errors(api, run_folder, tmp_p
     api.fail = OSError("no route to host\nsecond line")
     assert push.main([str(run_folder), "someone/x"]) == 2
     assert capsys.readouterr().err == "minimind-trl push: someone/x: no route to host\n"
+
+
+def test_eval_metrics_and_base_model_go_into_a_fresh_card_of_the_upload(api, run_folder, tmp_path, capsys):
+    evaluation = tmp_path / "eval" / "grpo-seed42"
+    evaluation.mkdir(parents=True)
+    sha = resolve_checkpoint(run_folder / "final").sha256
+    (evaluation / "eval_manifest.json").write_text(json.dumps({"checkpoint": {"sha256": sha},
+                                                               "split": {"name": "test"}}))
+    (evaluation / "metrics.json").write_text(json.dumps({"task_success": 0.74, "count": 150, "by_n_gt": {}}))
+    uploaded = {}
+
+    def upload_folder(self, **kwargs):
+        uploaded["card"] = (Path(kwargs["folder_path"]) / "README.md").read_text()
+        uploaded["files"] = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir())
+        return None
+
+    api.upload_folder = upload_folder
+    before = (run_folder / "final" / "README.md").read_text()
+    argv = [str(run_folder), "someone/minimind-grpo", "--eval", str(evaluation), "--base-model", "someone/sft"]
+    assert push.main(argv) == 0
+    card = uploaded["card"]
+    assert "base_model: someone/sft" in card and "| task_success | 0.74 |" in card and "| split | test |" in card
+    assert 'from_pretrained("someone/minimind-grpo", trust_remote_code=True)' in card
+    assert "model.safetensors" in uploaded["files"] and (run_folder / "final" / "README.md").read_text() == before
+    assert push.main([*argv, "--dry-run"]) == 0 and "| task_success | 0.74 |" in capsys.readouterr().out
+    (evaluation / "eval_manifest.json").write_text(json.dumps({"checkpoint": {"sha256": "0" * 64}}))
+    assert push.main(argv) == 2
+    assert "evaluated other weights" in capsys.readouterr().err

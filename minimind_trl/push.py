@@ -1,0 +1,156 @@
+"""`minimind-trl push`: upload a model folder to the Hugging Face Hub.
+
+    minimind-trl push runs/e1/grpo-seed42 someone/minimind-grpo [--private] [--dry-run]
+
+FOLDER is a Hub-format model folder (``config.json`` and weights, as ``export`` and every run's
+``final/`` write them) or a run folder, whose ``final/`` is uploaded: the run folder itself holds
+checkpoints, optimizer state and TRL's draft card, none of which belongs on the Hub. The folder's
+own ``README.md`` (the model card of ``export`` / ``save_for_hub``, which names no absolute path)
+goes with it; a folder without one is refused. With ``--eval EVAL_DIR`` (an evaluation of these
+very weights: its manifest's checkpoint SHA-256 must match) and/or ``--base-model HUB_ID`` the card
+of a ``minimind``-format folder is written anew for the upload, from the run's manifest, with the
+evaluation's headline metrics, the base model and the target repository in its load snippet (the
+folder on disk is left as it is). ``--dry-run`` lists what would be uploaded and prints the card.
+Credentials are huggingface_hub's (``HF_TOKEN`` or ``hf auth login``); the network is used only
+here, and any failure (offline mode, no token, no permission) exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from huggingface_hub import HfApi
+from huggingface_hub.errors import OfflineModeIsEnabled
+from huggingface_hub.utils import filter_repo_objects
+
+from minimind_trl.eval.folder import EvalFolder
+from minimind_trl.fsio import DataFormatError, read_json_file
+from minimind_trl.modeling import MiniMindForCausalLM
+from minimind_trl.modeling.card import model_card, read_manifest
+from minimind_trl.modeling.checkpoints import CheckpointError, resolve_checkpoint
+from minimind_trl.run_folder import MANIFEST
+
+IGNORED = [".staging-*", ".old-*", "*.tmp", ".*.lock"]
+"""Left-overs of an interrupted atomic write (fsio): never uploaded."""
+
+
+def upload_folder_of(path: str | Path) -> Path:
+    """The folder to upload for ``path`` (a model folder, or a run folder's ``final/``); a
+    :class:`CheckpointError` says why one cannot be uploaded."""
+    folder = Path(path)
+    if (folder / "final" / "config.json").is_file():  # a run folder
+        folder = folder / "final"
+    resolve_checkpoint(folder)  # config.json and weights, or CheckpointNotFoundError
+    if not (folder / "README.md").is_file():
+        raise CheckpointError(f"{folder} has no README.md model card: `minimind-trl export` writes one for a "
+                              "MiniMind model; for another model (e.g. a reward model) write one yourself")
+    return folder
+
+
+HEADLINE_METRICS = ("task_success", "macro_gt_coverage", "tool_call_rate", "mean_tool_calls", "count")
+"""What a card shows of an evaluation's metrics.json (``count``: the questions)."""
+
+
+def eval_metrics(eval_dir: str | Path, folder: Path) -> dict:
+    """The headline metrics of ``eval_dir`` plus its split, refused unless it evaluated ``folder``'s weights."""
+    evaluation = EvalFolder(eval_dir)
+    manifest = evaluation.manifest()
+    if manifest is None or not evaluation.metrics_path.is_file():
+        raise CheckpointError(f"--eval {eval_dir}: not a finished eval folder")
+    if manifest.get("checkpoint", {}).get("sha256") != resolve_checkpoint(folder).sha256:
+        raise CheckpointError(f"--eval {eval_dir}: evaluated other weights than {folder} (SHA-256 differs)")
+    try:
+        metrics = read_json_file(evaluation.metrics_path)
+    except DataFormatError as exc:
+        raise CheckpointError(f"--eval {eval_dir}: {exc}") from None
+    shown = {name: metrics[name] for name in HEADLINE_METRICS if name in metrics}
+    return {"split": (manifest.get("split") or {}).get("name"), **shown}
+
+
+def fresh_card(folder: Path, repo_id: str, base_model: str | None, eval_dir: str | None) -> str:
+    """The model card of a ``minimind``-format ``folder`` written anew (see the module docstring)."""
+    if not (folder / "modeling_minimind.py").is_file():
+        raise CheckpointError(f"{folder}: --eval and --base-model rewrite the card of a minimind-format folder; "
+                              "for a qwen3 export, pass the metrics to save_for_hub when exporting")
+    model = MiniMindForCausalLM.from_pretrained(str(folder))
+    run_manifest = folder.parent / MANIFEST
+    manifest = read_manifest(run_manifest) if run_manifest.is_file() else None
+    metrics = eval_metrics(eval_dir, folder) if eval_dir else None
+    return model_card(model, "minimind", manifest=manifest, metrics=metrics, base_model=base_model,
+                      repo_id=repo_id, with_tokenizer=(folder / "tokenizer.json").is_file())
+
+
+def _linked_copy(folder: Path, files: list[str], card: str, into: Path) -> None:
+    """``files`` of ``folder`` hard-linked (copied where links fail) into ``into``, the new card beside them."""
+    for name in files:
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if name == "README.md":
+            continue
+        try:
+            os.link(folder / name, target)
+        except OSError:
+            target.write_bytes((folder / name).read_bytes())
+    (into / "README.md").write_text(card, encoding="utf-8")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="minimind-trl push", description=__doc__.split("\n\n")[0])
+    p.add_argument("folder", help="model folder (config.json + weights + README.md) or run folder (its final/)")
+    p.add_argument("repo_id", help="Hub repository, e.g. someone/minimind-grpo (created if missing)")
+    p.add_argument("--private", action="store_true", help="create the repository private (default: public)")
+    p.add_argument("--revision", default=None, help="branch to push to (default: the repository's default)")
+    p.add_argument("--commit-message", default=None, help="commit message (default: 'Upload <folder name>')")
+    p.add_argument("--eval", default=None, metavar="EVAL_DIR",
+                   help="an eval folder of these weights: its headline metrics go into the card")
+    p.add_argument("--base-model", default=None, metavar="HUB_ID", help="the card's base_model (a Hub id)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the files that would be uploaded (and print a rewritten card); upload nothing")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        folder = upload_folder_of(args.folder)
+        card = fresh_card(folder, args.repo_id, args.base_model, args.eval) if args.eval or args.base_model else None
+    except (CheckpointError, OSError, ValueError) as exc:
+        print(f"minimind-trl push: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    everything = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    files = list(filter_repo_objects(everything, ignore_patterns=IGNORED))  # huggingface_hub's own filter
+    if args.dry_run:
+        print(f"would upload {len(files)} files of {folder} to {args.repo_id}:")
+        print("\n".join(f"  {name}" for name in files))
+        if card is not None:
+            print("\nwith this README.md:\n" + card)
+        return 0
+    api = HfApi()
+    try:
+        api.create_repo(args.repo_id, private=args.private, exist_ok=True, repo_type="model")
+        with tempfile.TemporaryDirectory(prefix="minimind-push-") as temporary:
+            source = folder
+            if card is not None:
+                source = Path(temporary)
+                _linked_copy(folder, files, card, source)
+            commit = api.upload_folder(folder_path=str(source), repo_id=args.repo_id, repo_type="model",
+                                       revision=args.revision, ignore_patterns=IGNORED,
+                                       commit_message=args.commit_message or f"Upload {folder.name}")
+    except OfflineModeIsEnabled:
+        print("minimind-trl push: HF_HUB_OFFLINE is set: pushing needs the network (unset it for this command)",
+              file=sys.stderr)
+        return 2
+    except Exception as exc:  # HTTP, connection (httpx), auth, disk: one line, whatever the library
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        print(f"minimind-trl push: {args.repo_id}: {first}", file=sys.stderr)
+        return 2
+    print(f"pushed {len(files)} files of {folder} to {getattr(commit, 'commit_url', args.repo_id)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
