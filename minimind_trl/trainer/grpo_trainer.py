@@ -103,12 +103,11 @@ from minimind_trl.metric_names import (
     reward_func_mean_key,
     reward_func_std_key,
 )
-from minimind_trl.modeling.aux_loss import use_minimind_aux_loss
 from minimind_trl.objectives import PolicyBatch, RolloutTotals, compute_advantages, compute_weighted_loss, k3_kl
 from minimind_trl.trainer.checkpoints import AtomicCheckpointMixin
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
-from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward, supports_shared_forward
+from minimind_trl.trainer.policy_pass import build_layout, setup_policy_passes
 from minimind_trl.trainer.recorder import StepRecorder
 from minimind_trl.trainer.rollout_state import RolloutState, StepState
 
@@ -232,16 +231,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         """MiniMind's aux loss in TRL's fused pass; the prefix-shared pass on policy and reference."""
         models = [self.model, self.ref_model] if self.ref_model is not None else [self.model]
         for model in models:
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            if getattr(base.config, "use_moe", False):
-                use_minimind_aux_loss(base)
-            if self.args.prefix_sharing:
-                if not supports_shared_forward(base):
-                    raise ValueError(
-                        f"training.prefix_sharing needs a MiniMind / Qwen3-layout model, got {type(base).__name__}; "
-                        "set training.prefix_sharing: false"
-                    )
-                install_shared_forward(base)
+            setup_policy_passes(model, self.args.prefix_sharing)
 
     # ------------------------------------------------------------------ rollout
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from torch import nn
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_outputs import ModelOutput
@@ -49,6 +50,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 from trl.kernels import ChunkedLogProbFunction
 
 from minimind_trl.modeling import router_aux_loss
+from minimind_trl.modeling.aux_loss import use_minimind_aux_loss
 
 _BUCKET_WASTE = 1.25  # padded area / real area allowed in one attention bucket
 _LOGPROB_CHUNK = 32768  # vocabulary tile of TRL's chunked log-prob kernel (TRL's own value)
@@ -376,3 +378,23 @@ def install_shared_forward(model: nn.Module) -> None:
 
     forward._minimind_shared = True
     model.forward = forward
+
+
+def setup_policy_passes(model: nn.Module, prefix_sharing: bool) -> nn.Module:
+    """Prepare a policy or reference model for the GRPO trainer's passes; returns the module changed.
+
+    The model is first taken out of its wrappers (a DeepSpeed engine, which TRL puts around the
+    reference model and whose ``config`` is DeepSpeed's dict; DDP; ``torch.compile``; then PEFT's
+    base model): MiniMind's aux loss goes into TRL's fused pass (MoE) and, with ``prefix_sharing``,
+    the prefix-shared forward is installed on the module itself, so that calls through the
+    wrapper (``engine(prefix_layout=...)``) reach it."""
+    base = extract_model_from_parallel(model)
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
+    if getattr(base.config, "use_moe", False):
+        use_minimind_aux_loss(base)
+    if prefix_sharing:
+        if not supports_shared_forward(base):
+            raise ValueError(f"training.prefix_sharing needs a MiniMind / Qwen3-layout model, got "
+                             f"{type(base).__name__}; set training.prefix_sharing: false")
+        install_shared_forward(base)
+    return base
