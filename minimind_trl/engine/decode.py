@@ -178,7 +178,8 @@ def decode(model: Any, rows: Iterable[DecodeRow], end_turn: Callable[[DecodeRow]
     queue = deque(rows)
     sampler = RowSampler(sampling, record=record_logprobs) if sampling.do_sample else None
     recorder = sampler.recorder if sampler is not None else None
-    processors = LogitsProcessorList([sampler] if sampler is not None else [])
+    # greedy: no processor list at all, so a caller's wrapper of `generate` may pass its own
+    extra = {"logits_processor": LogitsProcessorList([sampler])} if sampler is not None else {}
     eos = set(eos_token_ids)
     base = GenerationConfig(do_sample=False, eos_token_id=list(eos_token_ids), pad_token_id=pad_token_id,
                             use_cache=True, return_dict_in_generate=True)
@@ -200,8 +201,7 @@ def decode(model: Any, rows: Iterable[DecodeRow], end_turn: Callable[[DecodeRow]
         width = batch.ids.shape[1]
         stop = StoppingCriteriaList([SliceStop(width, steps, eos_token_ids, min_saved_row_steps)])
         output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
-                                generation_config=configs[steps], logits_processor=processors,
-                                stopping_criteria=stop)
+                                generation_config=configs[steps], stopping_criteria=stop, **extra)
         generated = output.sequences[:, width:].tolist()  # (B, columns <= steps), pads after an eos
         columns = len(generated[0])
         logps = recorder.take(generated) if recorder is not None else [[0.0] * len(new) for new in generated]

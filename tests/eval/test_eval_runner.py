@@ -175,8 +175,9 @@ def _scripted(model, tokenizer):
     scripted.eval()
     generate = scripted.generate
 
-    def forced(*args, **kwargs):
-        return generate(*args, logits_processor=LogitsProcessorList([_Script(tokenizer, SCRIPTS)]), **kwargs)
+    def forced(*args, logits_processor=None, **kwargs):  # the engine's sampler (if any) first, the script last
+        processors = LogitsProcessorList([*(logits_processor or []), _Script(tokenizer, SCRIPTS)])
+        return generate(*args, logits_processor=processors, **kwargs)
 
     scripted.generate = forced
     return scripted
