@@ -48,7 +48,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     # A rerun with --resume finds every stage done and trains nothing again.
     assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
     log = capsys.readouterr().out
-    assert "already trained, skipping" in log and "$ minimind-trl train" not in log
+    assert "already trained with this recipe, skipping" in log and "$ minimind-trl train" not in log
     timings = json.loads((out / demo.TIMINGS_FILE).read_text())
     assert timings["total_s"] >= round(sum(timings["stages"].values()), 1)  # kept the real total (0.1 s steps)
 
