@@ -163,7 +163,9 @@ def decode(model: Any, rows: Iterable[DecodeRow], end_turn: Callable[[DecodeRow]
     """Decode every row until ``end_turn`` says it is done (module docstring).
 
     Args:
-        model: a causal LM with ``generate`` (eval mode, no grad: the caller's job).
+        model: a causal LM with ``generate`` and whole weights (eval mode, no grad, a ZeRO-3
+            gather: the caller's job). ``generate`` runs with ``synced_gpus`` off: each process
+            makes as many calls as its own rows need, with no collective between them.
         rows: the rows, in queue order (each ``budget >= 1``).
         end_turn: called with a row whose turn just ended (``row.turn_ids`` ends with an eos, or
             filled the budget), its ``context`` still the turn's; returns the ids to append before
@@ -201,7 +203,7 @@ def decode(model: Any, rows: Iterable[DecodeRow], end_turn: Callable[[DecodeRow]
         width = batch.ids.shape[1]
         stop = StoppingCriteriaList([SliceStop(width, steps, eos_token_ids, min_saved_row_steps)])
         output = model.generate(input_ids=batch.ids, attention_mask=batch.mask, cache=batch.cache,
-                                generation_config=configs[steps], stopping_criteria=stop, **extra)
+                                generation_config=configs[steps], stopping_criteria=stop, synced_gpus=False, **extra)
         generated = output.sequences[:, width:].tolist()  # (B, columns <= steps), pads after an eos
         columns = len(generated[0])
         logps = recorder.take(generated) if recorder is not None else [[0.0] * len(new) for new in generated]

@@ -28,6 +28,7 @@ from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.tokenization.loading import TokenizerMismatchError, resolve_tokenizer_folder
 from minimind_trl.trainer.kinds import get_kind
 from minimind_trl.trainer.recipe_schema import MODEL_DTYPES, RecipeError, one_line
+from minimind_trl.trainer.zero3 import init_deepspeed_comm_on_cpu
 
 __all__ = [
     "build_model", "build_tokenizer", "build_trainer", "check_plugins", "load_eval_split", "load_split",
@@ -140,6 +141,7 @@ def training_config(recipe: dict, run_dir: str):
             raise
         raise RecipeError(f"recipe: training: {one_line(exc)}") from None
     _ = config.world_size  # make sure accelerate's state exists before anything else uses it
+    init_deepspeed_comm_on_cpu(bool(getattr(config, "use_cpu", False)))
     return config
 
 

@@ -28,6 +28,7 @@ from minimind_trl.trainer.kinds import get_kind, kind_names
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256
 from minimind_trl.trainer.recipe_schema import recipe_key
 from minimind_trl.trainer.run import RunFolderError
+from minimind_trl.trainer.zero3 import full_weights, num_parameters
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,8 +112,9 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
     with recipe_key("model"):
         model = build.build_model(recipe["model"], get_kind(recipe["kind"]).model_head)
     initial = Path(run_dir) / INITIAL_MODEL
-    if state.is_main_process and not initial.is_dir():
-        run.save_initial_model(model, initial)
+    with full_weights(model):  # ZeRO-3: every process takes part; the main one writes
+        if state.is_main_process and not initial.is_dir():
+            run.save_initial_model(model, initial)
     state.wait_for_everyone()
     model.config._name_or_path = model.name_or_path = str(initial)
     with recipe_key("training"):
@@ -127,7 +129,7 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
         "versions": run.package_versions(),
         "git": run.git_state(),
         "data": data_info,
-        "initial_model": {"path": str(initial), "num_parameters": sum(p.numel() for p in model.parameters())},
+        "initial_model": {"path": str(initial), "num_parameters": num_parameters(model)},
         "tokenizer": {"path": None if tokenizer_dir is None else str(tokenizer_dir),
                       "sha256": sha256_file((tokenizer_dir or DEFAULT_TOKENIZER_DIR) / "tokenizer.json")},
         "seed": recipe["seed"],

@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 from transformers import GenerationMixin
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 from trl.trainer.utils import split_tensor_dict
@@ -218,6 +219,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         if not isinstance(config, MiniMindGRPOConfig):
             raise TypeError(f"args must be a MiniMindGRPOConfig, got {type(config).__name__}")
         super().__init__(*args, **kwargs)
+        self._check_zero3_generation()
         self.objective = self.args.objective_config()
         self.router_recorder = RouterRecorder.for_model(self.model) if self.args.moe_diagnostics else None
         self._setup_policy_passes()
@@ -226,6 +228,20 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         self.step_state = StepState()
         self.last_record: dict[str, Any] | None = None
         self.step_recorder = StepRecorder(os.path.join(self.args.output_dir, self.args.metrics_file))
+
+    def _check_zero3_generation(self) -> None:
+        """ZeRO-3 on several processes: generation must run on whole weights gathered once per
+        rollout (:meth:`_generate`); the other paths deadlock when ranks diverge (issue 25 A)."""
+        if not (self.is_deepspeed_enabled and is_deepspeed_zero3_enabled() and self.accelerator.num_processes > 1):
+            return
+        if self.args.rollout_engine != "minimind":
+            raise ValueError("rollout.engine: trl under DeepSpeed ZeRO-3 with several processes deadlocks: TRL's "
+                             "tool loop gathers the weights once per model turn and ranks run different numbers "
+                             "of turns; use rollout.engine: minimind (the default)")
+        if not self.args.ds3_gather_for_generation:
+            raise ValueError("ds3_gather_for_generation: false under ZeRO-3 with several processes deadlocks the "
+                             "rollout (every decode step would be a collective and ranks stop at different "
+                             "steps); generation needs the gathered weights")
 
     def _setup_policy_passes(self) -> None:
         """MiniMind's aux loss in TRL's fused pass; the prefix-shared pass on policy and reference."""
@@ -238,11 +254,38 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _generate(self, prompts):
         state = self._generating
         state.first_contexts = None  # the first _generate_single_turn call of this rollout sets them
-        state.turn_cache = TurnCache() if self.args.rollout_engine == "minimind" else None
-        try:
+        if not self._minimind_engine():
             return super()._generate(prompts)
+        state.turn_cache = TurnCache()
+        try:
+            # The weights for generation, gathered ONCE per rollout (ZeRO-3: a collective every
+            # process enters together). Inside, each process runs as many model turns and decode
+            # calls as its own rows need, with no collective (synced_gpus off in the engine): the
+            # per-turn gather of TRL's loop deadlocks when ranks run different numbers of turns
+            # (issue 25 A). Costs one full copy of the weights per process during the rollout.
+            with self._generation_weights() as model:
+                state.generation_model = model
+                return super()._generate(prompts)
         finally:
-            state.turn_cache = None  # its keys and values are large; the rollout's turns are over
+            state.turn_cache = state.generation_model = None  # large; the rollout's turns are over
+
+    def _minimind_engine(self) -> bool:
+        """``rollout.engine: minimind`` on the plain transformers path (no vLLM, no images)."""
+        return (self.args.rollout_engine == "minimind" and not self.use_vllm
+                and not self.use_transformers_continuous_batching)
+
+    @contextlib.contextmanager
+    def _generation_weights(self):
+        """The unwrapped policy with whole weights (TRL's unwrap, gather and summon)."""
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            yield model
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """One model turn of every context: ids up to the first eos and each id's sampling log-prob
@@ -268,25 +311,17 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                             seed=self.args.seed)
         mode = "train" if self.model.training else "eval"
         stream = f"{mode}:{self.state.global_step}:{self.accelerator.process_index}"  # per-row seeds
-        with (
-            unwrap_model_for_generation(
-                self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            training = model.training
-            model.eval()
-            try:
+        model = self._generating.generation_model  # gathered by _generate for the whole rollout
+        training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
                 ids, logprobs = generate_turns(model, prompt_ids, self._turn_budgets(prompt_ids), self.eos_token_ids,
                                                self._tokenizer.pad_token_id, sampling, stream=stream,
-                                               batch_size=max(len(prompt_ids), 1),
-                                               cache=self._generating.turn_cache,
+                                               batch_size=max(len(prompt_ids), 1), cache=self._generating.turn_cache,
                                                return_logprobs=True)
-            finally:
-                model.train(training)
+        finally:
+            model.train(training)
         return ids, logprobs
 
     def _turn_budgets(self, contexts: list[list[int]]) -> list[int]:

@@ -33,13 +33,16 @@ class RolloutState:
     ``first_contexts``: the first turn's contexts (the prompts), set by the first model turn; a
     later turn's budget is ``max_completion_length`` minus what its row's completion holds.
     ``turn_cache``: finished rows' keys and values for their next turn (``rollout_engine:
-    minimind``; dropped when generation ends). ``rewards_per_func``: (N_global, F), all processes,
+    minimind``; dropped when generation ends). ``generation_model``: the unwrapped policy with whole
+    weights, gathered once for the rollout's model turns (``rollout_engine: minimind``).
+    ``rewards_per_func``: (N_global, F), all processes,
     group by group. ``tool_counts``: (calls, failed, malformed) per local row. ``figures``: the
     rollout-wide metrics.jsonl figures (the on-policy gap filled by its update 0). ``replayed``:
     its micro-batches hold their frozen old log-probs."""
 
     first_contexts: list[list[int]] | None = None
     turn_cache: TurnCache | None = None
+    generation_model: Any = None
     rewards_per_func: torch.Tensor | None = None
     tool_counts: list[tuple[int, int, int]] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)

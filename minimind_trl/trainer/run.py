@@ -30,10 +30,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from minimind_trl.fsio import (
     DataFormatError,
     build_directory,
-    commit_directory,
     read_json_file,
-    remove_tree,
-    staging_path,
     write_json_atomic,
 )
 from minimind_trl.modeling.hub import write_hub_folder
@@ -49,6 +46,7 @@ from minimind_trl.run_folder import (
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.recipe import one_line, recipe_sha256
 from minimind_trl.trainer.recorder import truncate_metrics
+from minimind_trl.trainer.zero3 import full_weights
 
 __all__ = [
     "CheckFiniteWeights", "RunFolderError", "StopAtMaxSteps", "abort_start", "apply_umask", "completed_run",
@@ -360,19 +358,13 @@ def _train_and_save(trainer, run_dir: str | os.PathLike, resume_from: str | None
         raise
     trainer.accelerator.wait_for_everyone()
     final = RunFolder(run_dir).final_dir
-    if getattr(trainer, "is_deepspeed_enabled", False):  # ZeRO-3 shards: every process takes part
-        staging = staging_path(final)
+    # One path for every launcher: the main process writes the Hub folder (remote-code files,
+    # LoRA merged, the adapter beside it) from whole weights; under ZeRO-3 every process takes
+    # part in the gather (issue 25 D).
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with full_weights(model):
         if main:
-            remove_tree(staging)
-        trainer.accelerator.wait_for_everyone()
-        trainer.save_model(str(staging))
-        if main:
-            trainer.processing_class.save_pretrained(staging)
-            apply_umask(staging)
-            commit_directory(staging, final)
-    elif main:
-        save_final_model(merged_model(trainer.accelerator.unwrap_model(trainer.model), run_dir),
-                         trainer.processing_class, final)
+            save_final_model(merged_model(model, run_dir), trainer.processing_class, final)
     if main:
         remove_draft_card(run_dir)
         status = {"step": trainer.state.global_step, "train_loss": training_loss, "final_model": str(final)}
