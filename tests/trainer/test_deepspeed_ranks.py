@@ -8,6 +8,8 @@ with ``training.use_cpu: true``:
   turn after 5 tokens). Before the fix it deadlocked in generation; a hang here is a timeout,
   and the whole process group is killed. ``initial_model/`` must hold the real weights (it held
   zero-element tensors), ``final/`` a Hub folder that ``minimind-trl eval`` accepts.
+* ZeRO-3 GRPO with ``beta > 0`` from a preset: TRL's reference engine needs DeepSpeed's own
+  process group, which accelerate does not set up on CPU ranks.
 * ZeRO-2 GRPO with LoRA: ``final/`` is the whole model (it held only the adapter), equal to the
   base weights with ``adapter/`` merged by PEFT.
 """
@@ -119,6 +121,23 @@ def test_zero3_grpo_with_diverging_ranks_finishes_with_real_initial_weights(tmp_
     assert (final / "modeling_minimind.py").is_file() and (final / "tokenizer.json").is_file()
     assert weights(final).keys() == start_weights.keys()
     _evaluates(final, split_dir, tmp_path / "eval")
+
+
+@pytest.mark.slow
+def test_zero3_reference_model_from_a_preset_sees_both_ranks(tmp_path, split_dir):
+    """No ``from_pretrained`` (whose ``zero.Init`` would set it up): without DeepSpeed's own process
+    group on CPU ranks, TRL's ZeRO-3 reference engine saw world size 1 and asserted (issue 25 E)."""
+    tiny_tokenizer()
+    recipe = _recipe(tmp_path, split_dir, tmp_path / "unused", objective={"preset": "grpo", "beta": 0.04})
+    data = yaml.safe_load(recipe.read_text())
+    data["model"] = {"preset": "tiny-moe"}
+    recipe.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    done = _launch("deepspeed_zero3.yaml", ["-m", "minimind_trl.cli", "train"], recipe, run_dir)
+    assert done.returncode == 0, done.stdout[-4000:]
+    rows = _metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["kl"] > 0
+    assert weights(run_dir / "initial_model").keys() == weights(run_dir / "final").keys()
 
 
 @pytest.mark.slow
