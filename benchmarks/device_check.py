@@ -17,7 +17,10 @@ still has them):
   ``policy_pass.py`` and ``mfu.py`` (``main(argv)``) at minimind-3 and minimind-3-moe sizes with
   small repeat counts;
 * ``engines``: a 2-step GRPO run per training rollout engine when ``MiniMindGRPOConfig`` has a
-  ``rollout_engine`` field, else "engine option not available".
+  ``rollout_engine`` field, else "engine option not available";
+* ``zero3_ranks``: on a machine with 2 or more GPUs, 2 GRPO steps of the MoE preset with
+  ``beta > 0`` under ``accelerate launch`` of the shipped ZeRO-3 config on 2 ranks (else
+  "needs 2 GPUs").
 
 Every part is wrapped: an error is recorded (type, message, traceback tail) and the next part
 runs. Time guard: no part starts after ``--time-limit`` seconds (default 420, counted from the
@@ -62,7 +65,8 @@ from minimind_trl.trainer.recipe import SCHEMA  # noqa: E402
 from minimind_trl.trainer.recorder import read_metrics  # noqa: E402
 
 SECTIONS = ("environment", "bf16_update0", "attention", "grpo_64m", "rollout", "update", "policy_pass", "mfu",
-            "engines")
+            "engines", "zero3_ranks")
+ZERO3_TIMEOUT_S = 240  # two ranks that deadlock fail the part instead of eating the call
 ENGINES = ("minimind", "trl")
 
 
@@ -185,6 +189,40 @@ def part_engines(ctx: Context) -> dict[str, Any]:
     return out
 
 
+def part_zero3_ranks(ctx: Context) -> dict[str, Any]:
+    """Two GPUs: ``accelerate launch`` of accelerate_configs/deepspeed_zero3.yaml on 2 ranks, 2 GRPO
+    steps of the MoE preset with ``beta > 0`` (issue 25 H): finishes, the figures of both steps."""
+    if ctx.quick or ctx.device.type != "cuda" or torch.cuda.device_count() < 2:
+        raise Unavailable("needs 2 GPUs (tests/trainer/test_deepspeed_ranks.py covers 2 CPU ranks)")
+    data = step_breakdown.make_task_folder(ctx.work / "zero3_data", 64, 0)
+    run_dir = ctx.work / "zero3_run"
+    accelerate = Path(sys.executable).with_name("accelerate")
+    sets = ["model.preset=minimind-3-moe", "objective.beta=0.04", "training.max_steps=2", "training.bf16=true",
+            "training.save_strategy=no", "rollout.group_size=4", "rollout.prompts_per_rollout=4",
+            "rollout.max_completion_length=64", f"data.path={data}"]
+    command = [str(accelerate), "launch", "--config_file", "accelerate_configs/deepspeed_zero3.yaml",
+               "--num_processes", "2", "-m", "minimind_trl.cli", "train", "recipes/smoke_grpo.yaml",
+               "--output-dir", str(run_dir), *[arg for item in sets for arg in ("--set", item)]]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=ZERO3_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+    wall = time.perf_counter() - start
+    records = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
+    keys = ("step", "kl", "loss", "rollout_seconds", "update_seconds", "generation_tokens_per_second",
+            "completion_tokens_mean")
+    finished = process.returncode == 0 and len(records) == 2
+    return {"command": command, "returncode": process.returncode, "wall_s": wall,
+            "records": [{k: r.get(k) for k in keys} for r in records], "output_tail": output[-3000:],
+            "targets": [{"name": "2-rank ZeRO-3 GRPO (MoE, beta 0.04) finishes", "measured": f"{wall:.0f} s, "
+                         f"rc {process.returncode}", "target": f"2 steps within {ZERO3_TIMEOUT_S} s",
+                         "pass": finished}]}
+
+
 # ------------------------------------------------------------------------------------ attention
 
 
@@ -305,7 +343,7 @@ def part_environment(ctx: Context) -> dict[str, Any]:
 PARTS: dict[str, Callable[[Context], Any]] = {
     "environment": part_environment, "bf16_update0": part_bf16_update0, "attention": part_attention,
     "grpo_64m": part_grpo_64m, "rollout": part_rollout, "update": part_update, "policy_pass": part_policy_pass,
-    "mfu": part_mfu, "engines": part_engines,
+    "mfu": part_mfu, "engines": part_engines, "zero3_ranks": part_zero3_ranks,
 }
 
 

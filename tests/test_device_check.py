@@ -17,7 +17,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "device_check.sh"
 SECTIONS = {"environment", "bf16_update0", "attention", "grpo_64m", "rollout", "update", "policy_pass", "mfu",
-            "engines"}
+            "engines", "zero3_ranks"}
 pytestmark = pytest.mark.skipif(not SCRIPT.is_file(), reason="no benchmarks/device_check.sh")
 
 
@@ -64,6 +64,7 @@ def test_quick_device_check_fills_every_section(tmp_path):
         assert sorted(r["trainer"]["rollout_engine"] for r in runs) == ["minimind", "trl"]
     else:
         assert engines["status"] == "engine option not available"
+    assert sections["zero3_ranks"]["status"].startswith("needs 2 GPUs")  # a 2-GPU machine only
     judged = [t for t in report["targets"] if t["pass"] is not None]
     assert judged and all(t["pass"] for t in judged)  # quick: only the exact update-0 targets are judged
 
