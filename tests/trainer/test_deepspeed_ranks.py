@@ -10,6 +10,7 @@ with ``training.use_cpu: true``:
   zero-element tensors), ``final/`` a Hub folder that ``minimind-trl eval`` accepts.
 * ZeRO-3 GRPO with ``beta > 0`` from a preset: TRL's reference engine needs DeepSpeed's own
   process group, which accelerate does not set up on CPU ranks.
+* ZeRO-3 DPO (its reference model a ZeRO-3 engine) equal to one process at step 1; ZeRO-3 SFT.
 * ZeRO-2 GRPO with LoRA: ``final/`` is the whole model (it held only the adapter), equal to the
   base weights with ``adapter/`` merged by PEFT.
 """
@@ -30,8 +31,12 @@ import yaml
 from helpers import tiny_model, tiny_tokenizer, tiny_tokenizer_path, weights
 from peft import PeftModel
 
+from minimind_trl.data.generator import generate_tasks
+from minimind_trl.data.gold import gold_trajectory
+from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.cli import eval_main
-from minimind_trl.trainer import grpo_trainer
+from minimind_trl.fsio import write_jsonl_atomic
+from minimind_trl.trainer import cli, grpo_trainer
 from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
 from minimind_trl.trainer.zero3 import full_weights, num_parameters
 
@@ -161,6 +166,62 @@ def test_zero2_lora_final_is_the_merged_whole_model(tmp_path, split_dir):
     for name, tensor in merged.items():
         torch.testing.assert_close(saved[name], tensor, rtol=0, atol=1e-6, msg=name)
     _evaluates(final, split_dir, tmp_path / "eval")
+
+
+def _preference_and_sft_data(root: Path) -> tuple[Path, Path]:
+    """Gold trajectories (SFT rows) and, per row, the gold answer against "It is 7." (DPO rows)."""
+    gold = [gold_trajectory(task, default_registry()) for task in generate_tasks(8, seed=5)]
+    pairs = []
+    for row in gold:
+        conversation = row["conversations"]
+        prompt = conversation[: next(i for i, m in enumerate(conversation) if m["role"] == "user") + 1]
+        pairs.append({"chosen": conversation, "rejected": [*prompt, {"role": "assistant", "content": "It is 7."}]})
+    write_jsonl_atomic(root / "dpo" / "train.jsonl", pairs)
+    write_jsonl_atomic(root / "sft" / "train.jsonl", gold)
+    return root / "dpo", root / "sft"
+
+
+def _offline_recipe(path: Path, start: Path, per_device: int, **extra) -> Path:
+    training = {"max_steps": 2, "per_device_train_batch_size": per_device, "gradient_accumulation_steps": 1,
+                "learning_rate": 1e-3, "lr_scheduler_type": "constant", "bf16": False, "use_cpu": True,
+                "report_to": [], "save_strategy": "no", "disable_tqdm": True, "logging_steps": 1}
+    recipe = {"seed": 1, "model": {"path": str(start)}, "tokenizer": {"path": tiny_tokenizer_path()},
+              "training": training, **extra}
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+@pytest.mark.slow
+def test_zero3_dpo_on_two_ranks_matches_one_process_and_sft_finishes(tmp_path):
+    """DPO's loss is a mean over pairs: 2 ranks x 2 pairs see the 4 pairs one process sees in one
+    batch (same sampler order), so step 1 is the same number; its reference model is a ZeRO-3
+    engine (issue 25 E). SFT (a token mean per rank, so no equality) finishes with real weights."""
+    tiny_tokenizer()
+    start = tmp_path / "start"
+    model = tiny_model(0, moe=True)
+    model.save_pretrained(start)
+    dpo_data, sft_data = _preference_and_sft_data(tmp_path / "data")
+    dpo = {"kind": "dpo", "data": {"path": str(dpo_data), "verify": False}, "dpo": {"max_length": 2048, "beta": 0.1}}
+    one = _offline_recipe(tmp_path / "dpo_one.yaml", start, 4, **dpo)
+    assert cli.main([str(one), "--output-dir", str(tmp_path / "dpo_one")]) == 0
+    two = _offline_recipe(tmp_path / "dpo_two.yaml", start, 2, **dpo)
+    done = _launch("deepspeed_zero3.yaml", ["-m", "minimind_trl.cli", "train"], two, tmp_path / "dpo_two")
+    assert done.returncode == 0, done.stdout[-4000:]
+    first_one, first_two = _metrics(tmp_path / "dpo_one")[0], _metrics(tmp_path / "dpo_two")[0]
+    assert first_two["loss"] == pytest.approx(first_one["loss"], rel=1e-6)
+    assert first_two["grad_norm"] == pytest.approx(first_one["grad_norm"], rel=1e-3)
+    assert first_two["logps/chosen"] == pytest.approx(first_one["logps/chosen"], rel=1e-6)
+    start_weights = weights(start)
+    for name, tensor in weights(tmp_path / "dpo_two" / "initial_model").items():
+        assert torch.equal(tensor, start_weights[name]), name
+
+    sft = _offline_recipe(tmp_path / "sft.yaml", start, 2, kind="sft", sft={"max_length": 2048},
+                          data={"path": str(sft_data), "verify": False})
+    done = _launch("deepspeed_zero3.yaml", ["-m", "minimind_trl.cli", "train"], sft, tmp_path / "sft")
+    assert done.returncode == 0, done.stdout[-4000:]
+    rows = _metrics(tmp_path / "sft")
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["loss"] < rows[0]["loss"]
+    assert weights(tmp_path / "sft" / "final").keys() == start_weights.keys()
 
 
 def _zero3_trainer(rollout_engine: str = "minimind", gather: bool = True, processes: int = 2):
