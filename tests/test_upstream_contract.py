@@ -119,7 +119,8 @@ _TRIAL = "'optuna.Trial | dict[str, Any] | None'"
 # Recorded against trl 1.16.0, transformers 5.24.0, peft 0.21.2, accelerate 1.15.0.
 CONTRACT: tuple[TouchPoint, ...] = (
     # -- MiniMindGRPOTrainer (GRPOTrainer subclass) -------------------------------------------------
-    T(_GRPO, "_generate", OVERRIDE, "(self, prompts: list)", GRPO, "per-rollout TurnCache and turn budgets"),
+    T(_GRPO, "_generate", OVERRIDE, "(self, prompts: list)", GRPO,
+      "per-rollout TurnCache, turn budgets, weights gathered once"),
     T(_GRPO, "_generate_single_turn", OVERRIDE,
       "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)", GRPO,
       "MiniMind engine turns and sampling log-probs",
