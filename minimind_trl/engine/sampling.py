@@ -2,8 +2,11 @@
 
 Every row draws its tokens from its own ``torch.Generator``, seeded from the run's seed, a stream
 name (training: the rollout step and process; evaluation: ``"eval"``), the row's context ids and
-the context's occurrence number in the call. A trajectory then does not depend on which rows share
-its batch (batch size, accumulation, where the engine cuts its ``generate`` calls). The
+the context's occurrence number in the call, or a row key the caller gives instead (training
+with ``sampling_streams: global_row``: the row's place in the whole rollout, the stream then
+without the process, so the same seed samples the same trajectories on any number of processes).
+A trajectory then does not depend on which rows share its batch (batch size, accumulation, where
+the engine cuts its ``generate`` calls). The
 distribution is TRL's: the temperature / top-k / top-p warpers of transformers, in that order,
 then one inverse-CDF draw (one uniform per row and token).
 """
@@ -41,22 +44,48 @@ def row_seed(base: int, stream: str, context: list[int], occurrence: int) -> int
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def row_generators(contexts: list[list[int]], sampling: Sampling, stream: str,
-                   device: torch.device) -> list[torch.Generator | None]:
-    """One generator per context, seeded by :func:`row_seed` (``occurrence``: how many identical
-    contexts came before it in ``contexts``, so the samples of one prompt differ); all None when
-    greedy."""
+def row_generators(contexts: list[list[int]], sampling: Sampling, stream: str, device: torch.device,
+                   row_keys: list[int] | None = None) -> list[torch.Generator | None]:
+    """One generator per context, seeded by :func:`row_seed`; all None when greedy. Its
+    ``occurrence`` is ``row_keys[i]`` when given (a caller's row identity, e.g. the row's place in
+    the whole rollout), else how many identical contexts came before it in ``contexts`` (so the
+    samples of one prompt differ)."""
     if not sampling.do_sample:
         return [None] * len(contexts)
+    if row_keys is not None and len(row_keys) != len(contexts):
+        raise ValueError("row_generators: one row key per context")
     seen: dict[tuple[int, ...], int] = {}
     generators = []
-    for context in contexts:
+    for i, context in enumerate(contexts):
         occurrence = seen.get(tuple(context), 0)
         seen[tuple(context)] = occurrence + 1
         generator = torch.Generator(device=device)
-        generator.manual_seed(row_seed(sampling.seed, stream, context, occurrence))
+        key = occurrence if row_keys is None else row_keys[i]
+        generator.manual_seed(row_seed(sampling.seed, stream, context, key))
         generators.append(generator)
     return generators
+
+
+def match_rows(histories: list[list[int]], contexts: list[list[int]]) -> list[int]:
+    """The row each context continues: ``histories[r]`` is row r's ids so far (its last context
+    and the ids generated for it); a later turn's context extends them with a tool turn. Each
+    context takes the unclaimed row with the longest history that is a prefix of it, the lowest
+    row first among equals (TRL's loop passes contexts in row order, so equal histories keep
+    their order). Raises ValueError for a context that continues no row."""
+    claimed: set[int] = set()
+    rows = []
+    for i, context in enumerate(contexts):
+        best = None
+        for r, history in enumerate(histories):
+            if r in claimed or len(history) > len(context) or context[:len(history)] != history:
+                continue
+            if best is None or len(history) > len(histories[best]):
+                best = r
+        if best is None:
+            raise ValueError(f"match_rows: context {i} continues no row of the rollout")
+        claimed.add(best)
+        rows.append(best)
+    return rows
 
 
 class SampledLogps(LogitsProcessor):

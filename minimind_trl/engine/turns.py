@@ -22,9 +22,11 @@ from minimind_trl.engine.sampling import Sampling, row_generators
 def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eos_token_ids: list[int],
                    pad_token_id: int, sampling: Sampling, stream: str = "", batch_size: int = 64,
                    decode_slice: int = DECODE_SLICE, cache: TurnCache | None = None,
-                   min_saved_row_steps: int = MIN_SAVED_ROW_STEPS, return_logprobs: bool = False):
+                   min_saved_row_steps: int = MIN_SAVED_ROW_STEPS, return_logprobs: bool = False,
+                   row_keys: list[int] | None = None):
     """Generated ids of each context: up to and including its first eos, at most its budget
-    (0: nothing). ``stream`` enters the per-row seeds; ``return_logprobs`` returns ``(ids, logprobs)``."""
+    (0: nothing). ``stream`` and ``row_keys`` (`sampling.row_generators`) enter the per-row seeds;
+    ``return_logprobs`` returns ``(ids, logprobs)``."""
     if len(contexts) != len(budgets):
         raise ValueError("generate_turns: one budget per context")
     if min(batch_size, decode_slice) < 1:
@@ -33,7 +35,7 @@ def generate_turns(model: Any, contexts: list[list[int]], budgets: list[int], eo
         if not context:
             raise ValueError(f"generate_turns: context {i} is empty")
     device = next(model.parameters()).device
-    generators = row_generators(contexts, sampling, stream, device)
+    generators = row_generators(contexts, sampling, stream, device, row_keys)
     rows = [DecodeRow(i, list(context), budget, generator,
                       resume=cache.resume(model, context) if cache is not None else None)
             for i, (context, budget, generator) in enumerate(zip(contexts, budgets, generators)) if budget > 0]

@@ -30,6 +30,7 @@ _TRL_OPTIONS_REPLACED: dict[str, tuple[object, str]] = {
                         "transformers than the project needs, and the exact old-log-prob replay assumes one engine)"),
 }
 ROLLOUT_ENGINES = ("minimind", "trl")  # rollout.engine / rollout_engine: our decode loop or TRL's generate
+SAMPLING_STREAMS = ("process", "global_row")  # rollout.sampling_streams / sampling_streams
 _GENERATION_OPTIONS = frozenset({"use_vllm"})
 _TRL_DEFAULT_EPSILON = 0.2
 
@@ -107,6 +108,14 @@ class MiniMindGRPOConfig(GRPOConfig):
             TRL's tool loop (parsing, tool calls, tool turns, `max_completion_length`) is unchanged.
             Supports `temperature`, `top_k` and `top_p` (TRL's warpers, in TRL's order), or greedy
             through `generation_kwargs={"do_sample": False}`. `"trl"`: TRL's padded `generate`.
+        sampling_streams (`str`, defaults to `"process"`):
+            How the minimind engine keys each row's random stream. `"process"`: the step, the process
+            index and the row's context (with its occurrence among equal contexts of the process),
+            so the same seed samples other trajectories on 1 and on 2 processes; the demo's
+            published runs used it. `"global_row"`: the step, the row's place in the whole rollout
+            (its prompt's index times the group size plus its sample index, over all processes)
+            and its context, so one seed gives the same trajectories on 1, 2 or 4 processes
+            (issue 25 F). Needs `rollout_engine="minimind"`.
 
         > Run discipline and diagnostics
 
@@ -136,6 +145,10 @@ class MiniMindGRPOConfig(GRPOConfig):
         default="minimind",
         metadata={"help": "Turn generation: minimind (continuous batching) or trl (TRL's generate)."},
     )
+    sampling_streams: str = field(
+        default="process",
+        metadata={"help": "Per-row random streams keyed by process (process) or by global row (global_row)."},
+    )
     prefix_sharing: bool = field(
         default=True, metadata={"help": "Encode each distinct prompt once per policy pass (exact; False: TRL's pass)."}
     )
@@ -161,6 +174,11 @@ class MiniMindGRPOConfig(GRPOConfig):
             )
         if self.rollout_engine not in ROLLOUT_ENGINES:
             raise ValueError(f"rollout_engine must be one of {ROLLOUT_ENGINES}, got {self.rollout_engine!r}")
+        if self.sampling_streams not in SAMPLING_STREAMS:
+            raise ValueError(f"sampling_streams must be one of {SAMPLING_STREAMS}, got {self.sampling_streams!r}")
+        if self.sampling_streams != "process" and self.rollout_engine != "minimind":
+            raise ValueError("sampling_streams 'global_row' keys the minimind engine's streams; rollout_engine "
+                             f"{self.rollout_engine!r} samples from TRL's one stream")
         if self.rollout_engine == "minimind":
             unsupported = {k: getattr(self, k) for k, default in (("min_p", None), ("repetition_penalty", 1.0))
                            if getattr(self, k) != default}

@@ -55,7 +55,7 @@ from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_ge
 from trl.trainer.utils import split_tensor_dict
 
 from minimind_trl.engine.decode import TurnCache
-from minimind_trl.engine.sampling import SampledLogps, Sampling
+from minimind_trl.engine.sampling import SampledLogps, Sampling, match_rows
 from minimind_trl.engine.turns import generate_turns
 from minimind_trl.envs.environment import ToolEnvironmentMixin
 from minimind_trl.envs.protocol import is_error_observation
@@ -253,7 +253,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
 
     def _generate(self, prompts):
         state = self._generating
-        state.first_contexts = None  # the first _generate_single_turn call of this rollout sets them
+        state.first_contexts = state.row_histories = None  # the first model turn of this rollout sets them
         if not self._minimind_engine():
             return super()._generate(prompts)
         state.turn_cache = TurnCache()
@@ -310,19 +310,40 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                             top_k=config.top_k, top_p=1.0 if config.top_p is None else config.top_p,
                             seed=self.args.seed)
         mode = "train" if self.model.training else "eval"
-        stream = f"{mode}:{self.state.global_step}:{self.accelerator.process_index}"  # per-row seeds
-        model = self._generating.generation_model  # gathered by _generate for the whole rollout
+        state = self._generating
+        rows = self._rollout_rows(prompt_ids) if self.args.sampling_streams == "global_row" else None
+        if rows is not None:  # the same trajectories on any number of processes
+            stream, keys = f"{mode}:{self.state.global_step}", [self._global_row(r, state) for r in rows]
+        else:
+            stream, keys = f"{mode}:{self.state.global_step}:{self.accelerator.process_index}", None
+        model = state.generation_model  # gathered by _generate for the whole rollout
         training = model.training
         model.eval()
         try:
             with torch.no_grad():
                 ids, logprobs = generate_turns(model, prompt_ids, self._turn_budgets(prompt_ids), self.eos_token_ids,
                                                self._tokenizer.pad_token_id, sampling, stream=stream,
-                                               batch_size=max(len(prompt_ids), 1), cache=self._generating.turn_cache,
-                                               return_logprobs=True)
+                                               batch_size=max(len(prompt_ids), 1), cache=state.turn_cache,
+                                               return_logprobs=True, row_keys=keys)
         finally:
             model.train(training)
+        for row, context, new in zip(rows or (), prompt_ids, ids):
+            state.row_histories[row] = list(context) + list(new)
         return ids, logprobs
+
+    def _rollout_rows(self, contexts: list[list[int]]) -> list[int]:
+        """This process's row of each context: the first turn's contexts are the rows, in order; a
+        later turn's context extends its row's history (`engine.sampling.match_rows`)."""
+        state = self._generating
+        if state.row_histories is None:
+            state.row_histories = [list(c) for c in contexts]
+            return list(range(len(contexts)))
+        return match_rows(state.row_histories, contexts)
+
+    def _global_row(self, row: int, state: RolloutState) -> int:
+        """A local row's place in the whole rollout: processes hold consecutive blocks of rows, in
+        process order (TRL gathers them so), each block the same length."""
+        return self.accelerator.process_index * len(state.row_histories) + row
 
     def _turn_budgets(self, contexts: list[list[int]]) -> list[int]:
         """New tokens each context may take: ``max_completion_length`` minus what its completion

@@ -116,6 +116,7 @@ LEFT_OUT_WHEN_UNSET: dict[tuple[str, str], Any] = {
     ("data", "eval_split"): None,
     ("peft", "target_parameters"): None,
     ("sft", "pack"): False,
+    ("rollout", "sampling_streams"): "process",
 }
 MAX_RECIPE_BYTES = 1_000_000
 _BOOL = "tag:yaml.org,2002:bool"

@@ -32,6 +32,8 @@ class RolloutState:
 
     ``first_contexts``: the first turn's contexts (the prompts), set by the first model turn; a
     later turn's budget is ``max_completion_length`` minus what its row's completion holds.
+    ``row_histories``: each local row's ids so far (its last context and what it generated), to
+    find the row a later turn's context continues (the minimind engine's row keys).
     ``turn_cache``: finished rows' keys and values for their next turn (``rollout_engine:
     minimind``; dropped when generation ends). ``generation_model``: the unwrapped policy with whole
     weights, gathered once for the rollout's model turns (``rollout_engine: minimind``).
@@ -41,6 +43,7 @@ class RolloutState:
     its micro-batches hold their frozen old log-probs."""
 
     first_contexts: list[list[int]] | None = None
+    row_histories: list[list[int]] | None = None
     turn_cache: TurnCache | None = None
     generation_model: Any = None
     rewards_per_func: torch.Tensor | None = None

@@ -368,14 +368,21 @@ def test_peft_target_parameters_must_be_names():
 
 
 def test_keys_added_after_the_first_hashes_are_left_out_when_unset_and_kept_when_set():
-    """One canonicalisation (recipe.LEFT_OUT_WHEN_UNSET): an unset eval_split, target_parameters or
-    sft.pack is not in the resolved recipe, so a recipe written before the key existed hashes the
-    same; a set value is kept (and changes the hash)."""
+    """One canonicalisation (recipe.LEFT_OUT_WHEN_UNSET): an unset eval_split, target_parameters,
+    sft.pack or rollout.sampling_streams is not in the resolved recipe, so a recipe written before
+    the key existed hashes the same; a set value is kept (and changes the hash)."""
     sft = {"kind": "sft", "model": {"preset": "tiny"}, "data": {"path": "x"}, "peft": LORA}
     resolved = validate_recipe(sft)
     assert "eval_split" not in resolved["data"] and "target_parameters" not in resolved["peft"]
     assert "pack" not in resolved["sft"]
-    assert set(LEFT_OUT_WHEN_UNSET) == {("data", "eval_split"), ("peft", "target_parameters"), ("sft", "pack")}
+    assert set(LEFT_OUT_WHEN_UNSET) == {("data", "eval_split"), ("peft", "target_parameters"), ("sft", "pack"),
+                                        ("rollout", "sampling_streams")}
+    grpo = {"kind": "grpo", "model": {"preset": "tiny"}, "data": {"path": "x"},
+            "rewards": [{"name": "success_reward", "weight": 1.0, "options": {}}]}
+    assert "sampling_streams" not in validate_recipe(grpo)["rollout"]
+    keyed = validate_recipe({**grpo, "rollout": {"sampling_streams": "global_row"}})
+    assert keyed["rollout"]["sampling_streams"] == "global_row"
+    assert recipe_sha256(keyed) != recipe_sha256(validate_recipe(grpo))
     pretrain = validate_recipe({**sft, "data": {"path": "x", "eval_split": "val"}, "sft": {"mode": "pretrain",
                                                                                         "pack": True}})
     assert pretrain["data"]["eval_split"] == "val" and pretrain["sft"]["pack"] is True

@@ -15,7 +15,7 @@ from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfi
 from minimind_trl.plugins import load_object
 from minimind_trl.rewards.registry import build_reward_functions, reward_function_names
 from minimind_trl.rewards.reward_model import reward_model_folder_problem
-from minimind_trl.trainer.config import ROLLOUT_ENGINES, MiniMindGRPOConfig
+from minimind_trl.trainer.config import ROLLOUT_ENGINES, SAMPLING_STREAMS, MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
 from minimind_trl.trainer.kinds.registry import (
     TrainingKind,
@@ -62,7 +62,7 @@ GRPO_SECTIONS = {
     "rollout": {
         "group_size": 8, "prompts_per_rollout": None, "max_tool_turns": 3, "thinking_ratio": 0.1,
         "max_completion_length": 256, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "tools": [], "tool_names": None,
-        "mask_truncated_completions": False, "engine": "minimind",
+        "mask_truncated_completions": False, "engine": "minimind", "sampling_streams": "process",
     },
 }
 GRPO_VALUES = {
@@ -73,7 +73,7 @@ GRPO_VALUES = {
     "rollout.top_p": number(0, 1, above=True), "rollout.top_k": int_at_least(0),
     "rollout.tools": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), "a list of specs"),
     "rollout.tool_names": NAMES, "rollout.mask_truncated_completions": BOOLEAN,
-    "rollout.engine": one_of(ROLLOUT_ENGINES),
+    "rollout.engine": one_of(ROLLOUT_ENGINES), "rollout.sampling_streams": one_of(SAMPLING_STREAMS),
 }
 GRPO_OWNED_TRAINING_KEYS = {
     "num_generations": "rollout.group_size",
@@ -86,6 +86,7 @@ GRPO_OWNED_TRAINING_KEYS = {
     "max_tool_calling_iterations": "rollout.max_tool_turns",
     "mask_truncated_completions": "rollout.mask_truncated_completions",
     "rollout_engine": "rollout.engine",
+    "sampling_streams": "rollout.sampling_streams",
     "reward_weights": "rewards[].weight",
     "beta": "objective.beta",
     "epsilon": "objective.epsilon_low",
@@ -192,6 +193,7 @@ def grpo_config(recipe: dict, run_dir: str, processes: int) -> MiniMindGRPOConfi
         "max_tool_calling_iterations": rollout["max_tool_turns"],
         "mask_truncated_completions": rollout["mask_truncated_completions"],
         "rollout_engine": rollout["engine"],
+        "sampling_streams": rollout.get("sampling_streams", "process"),  # left out of the recipe when unset
         "reward_weights": [float(r["weight"]) for r in recipe["rewards"]],
     }
     return MiniMindGRPOConfig(output_dir=run_dir, seed=recipe["seed"], **fields, **training)
