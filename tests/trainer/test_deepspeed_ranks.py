@@ -11,6 +11,8 @@ with ``training.use_cpu: true``:
 * ZeRO-3 GRPO with ``beta > 0`` from a preset: TRL's reference engine needs DeepSpeed's own
   process group, which accelerate does not set up on CPU ranks.
 * ZeRO-3 DPO (its reference model a ZeRO-3 engine) equal to one process at step 1; ZeRO-3 SFT.
+* ZeRO-3 GRPO killed after a checkpoint inside a rollout (K=2) and resumed: the uninterrupted
+  run's final weights and figures.
 * ZeRO-2 GRPO with LoRA: ``final/`` is the whole model (it held only the adapter), equal to the
   base weights with ``adapter/`` merged by PEFT.
 """
@@ -46,7 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 300  # a deadlock fails the test instead of hanging CI
 
 
-def _recipe(folder: Path, split_dir: Path, start: Path, **extra) -> Path:
+def _recipe(folder: Path, split_dir: Path, start: Path, training: dict | None = None, **extra) -> Path:
     recipe = {
         "kind": "grpo", "seed": 3,
         "model": {"path": str(start)},
@@ -57,7 +59,7 @@ def _recipe(folder: Path, split_dir: Path, start: Path, **extra) -> Path:
         "rewards": ["success_reward"],
         "training": {"max_steps": 2, "num_iterations": 1, "learning_rate": 1e-3, "bf16": False, "use_cpu": True,
                      "report_to": [], "save_strategy": "steps", "save_steps": 2, "gradient_checkpointing": False,
-                     "disable_tqdm": True},
+                     "disable_tqdm": True, **(training or {})},
         **extra,
     }
     path = folder / "recipe.yaml"
@@ -65,15 +67,16 @@ def _recipe(folder: Path, split_dir: Path, start: Path, **extra) -> Path:
     return path
 
 
-def _launch(config: str, script: list[str], recipe: Path, run_dir: Path) -> subprocess.CompletedProcess:
+def _launch(config: str, script: list[str], recipe: Path, run_dir: Path, *extra: str,
+            env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """``accelerate launch`` on 2 CPU ranks in its own process group, killed whole on timeout."""
     accelerate = Path(sys.executable).with_name("accelerate")
     tests_dir = str(REPO / "tests")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p),
-           "DIVERGE_TOKENIZER": tiny_tokenizer_path() or ""}
+           "DIVERGE_TOKENIZER": tiny_tokenizer_path() or "", **(env_extra or {})}
     command = [str(accelerate), "launch", "--config_file", f"accelerate_configs/{config}", "--num_processes", "2",
-               *script, str(recipe), "--output-dir", str(run_dir)]
+               *script, str(recipe), "--output-dir", str(run_dir), *extra]
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, start_new_session=True)
     try:
@@ -166,6 +169,36 @@ def test_zero2_lora_final_is_the_merged_whole_model(tmp_path, split_dir):
     for name, tensor in merged.items():
         torch.testing.assert_close(saved[name], tensor, rtol=0, atol=1e-6, msg=name)
     _evaluates(final, split_dir, tmp_path / "eval")
+
+
+@pytest.mark.slow
+def test_zero3_run_killed_mid_rollout_resumes_to_the_uninterrupted_result(tmp_path, split_dir):
+    """K=2: every process exits right after step 1's checkpoint (inside rollout 1); ``--resume``
+    replays the saved rollout and goes on. Final weights and every step's loss, KL and reward equal
+    an uninterrupted ZeRO-3 run's."""
+    tiny_tokenizer()
+    start = tmp_path / "start"
+    tiny_model(0).save_pretrained(start)
+    recipe = _recipe(tmp_path, split_dir, start, objective={"preset": "grpo", "beta": 0.04},
+                     training={"max_steps": 4, "num_iterations": 2, "save_steps": 1})
+    train = ["-m", "minimind_trl.cli", "train"]
+    whole = _launch("deepspeed_zero3.yaml", train, recipe, tmp_path / "whole")
+    assert whole.returncode == 0, whole.stdout[-4000:]
+    cut = tmp_path / "cut"
+    killed = _launch("deepspeed_zero3.yaml", [str(REPO / "tests" / "trainer" / "exit_after_checkpoint_train.py")],
+                     recipe, cut, env_extra={"EXIT_AFTER_STEP": "1"})
+    assert killed.returncode != 0 and (cut / "checkpoint-1").is_dir() and not (cut / "final").exists()
+    resumed = _launch("deepspeed_zero3.yaml", train, recipe, cut, "--resume")
+    assert resumed.returncode == 0, resumed.stdout[-4000:]
+    expected, got = weights(tmp_path / "whole" / "final"), weights(cut / "final")
+    assert got.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+    keys = ("step", "rollout", "update", "loss", "kl", "reward_mean", "max_abs_log_ratio", "grad_norm")
+    def figures(run_dir: Path) -> list[dict]:
+        return [{k: r[k] for k in keys} for r in _metrics(run_dir)]
+
+    assert figures(cut) == figures(tmp_path / "whole")
 
 
 def _preference_and_sft_data(root: Path) -> tuple[Path, Path]:
