@@ -6,8 +6,9 @@ builds every model inside ``deepspeed.zero.Init``: each process holds a 1/world 
 parameter and ``p.numel()`` is 0 outside a gather. Gathering is a collective, so every process
 enters :func:`full_weights` together, the same number of times (issue 25 A and C).
 
-DeepSpeed is imported inside the functions that need it: only a ZeRO-3 run reaches them, and
-its import initialises its accelerator detection (seconds on a CPU machine).
+DeepSpeed guesses its accelerator when it is imported and warns on a machine without one; there
+this module names the CPU (``DS_ACCELERATOR=cpu``, what DeepSpeed would pick) before importing it,
+so that no CPU command prints that warning.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ import os
 from typing import Iterator
 
 import torch
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+if not torch.accelerator.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled  # noqa: E402
+
+try:
+    import deepspeed  # after DS_ACCELERATOR
+except ImportError:  # the optional extra minimind-trl[deepspeed]: nothing here runs without it
+    deepspeed = None
 
 
 def is_partitioned(model: torch.nn.Module) -> bool:
@@ -30,11 +40,9 @@ def full_weights(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """Every process holds the whole of ``model``'s parameters inside the block (read-only: changes
     are not written back); a no-op unless the model is ZeRO-3 partitioned. A collective: call it
     on every process. Memory: one full copy of the weights per process while it lasts."""
-    if not (is_deepspeed_zero3_enabled() and is_partitioned(model)):
+    if deepspeed is None or not (is_deepspeed_zero3_enabled() and is_partitioned(model)):
         yield model
         return
-    import deepspeed
-
     with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
         yield model
 
@@ -54,7 +62,7 @@ def init_deepspeed_comm_on_cpu(use_cpu: bool) -> None:
         return
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
         return
-    from deepspeed import comm
-
-    if not comm.is_initialized():
-        comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    if deepspeed is None:
+        raise RuntimeError("accelerate launch with a DeepSpeed config needs DeepSpeed: pip install -e '.[deepspeed]'")
+    if not deepspeed.comm.is_initialized():
+        deepspeed.comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
