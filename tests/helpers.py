@@ -10,6 +10,8 @@ leaves one row per two groups without any action token.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -185,3 +187,17 @@ def train(recipe: Path, run_dir: Path, *extra: str) -> int:
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     return MiniMindForCausalLM.from_pretrained(folder).state_dict()
+
+
+def run_two_cpu_ranks(script: str, run_dir: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node 2 SCRIPT RUN_DIR`` on CPU (gloo), one thread per
+    rank, tests/ on the path (the script imports this file); the fallback tokenizer is built first
+    so that the two ranks do not race for it."""
+    tiny_tokenizer()
+    tests_dir = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+           "PYTHONPATH": path}
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", script, str(run_dir)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_trainer, tiny_tokenizer
+from helpers import make_trainer, run_two_cpu_ranks
 
 from minimind_trl.engine.sampling import Sampling, match_rows, row_generators
 from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
@@ -71,14 +70,7 @@ def _rollouts(run_dir: Path, per_device: int, mode: str) -> list[list[int]]:
 
 @pytest.mark.slow
 def test_global_row_streams_give_one_process_trajectories_on_two(tmp_path):
-    tiny_tokenizer()
-    tests_dir = str(Path(__file__).resolve().parents[1])
-    path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "PYTHONPATH": path}
-    torchrun = Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(Path(__file__)), str(tmp_path / "two")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = run_two_cpu_ranks(str(Path(__file__)), tmp_path / "two")
     files = [tmp_path / "two" / f"rows_rank{rank}.json" for rank in (0, 1)]
     assert all(f.is_file() for f in files), done.stdout[-3000:] + done.stderr[-3000:]
     two = [json.loads(f.read_text()) for f in files]  # [rank][mode] -> rows

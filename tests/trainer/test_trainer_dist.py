@@ -8,7 +8,6 @@ compares them, and the metrics, with an in-process run on the full batch (8 rows
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch
 from helpers import (  # tests/ is on sys.path (pytest's pythonpath; PYTHONPATH under torchrun)
     GradGrab,
     make_trainer,
-    tiny_tokenizer,
+    run_two_cpu_ranks,
 )
 
 from minimind_trl.trainer.recorder import read_metrics
@@ -34,14 +33,7 @@ def _train(run_dir, per_device: int):
 
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
-    tiny_tokenizer()  # build the fallback tokenizer once, before two processes race for it
-    tests_dir = str(Path(__file__).resolve().parents[1])  # helpers.py, for the script's own imports
-    path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
-           "PYTHONPATH": path}
-    torchrun = Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", str(Path(__file__)), str(tmp_path / "two")]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    done = run_two_cpu_ranks(str(Path(__file__)), tmp_path / "two", timeout=240)
     grads_file = tmp_path / "two" / "grads.pt"
     assert grads_file.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
 
