@@ -263,7 +263,15 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             # calls as its own rows need, with no collective (synced_gpus off in the engine): the
             # per-turn gather of TRL's loop deadlocks when ranks run different numbers of turns
             # (issue 25 A). Costs one full copy of the weights per process during the rollout.
-            with self._generation_weights() as model:
+            with (
+                unwrap_model_for_generation(
+                    self.model_wrapped, self.accelerator,
+                    gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                    generation_kwargs=self.generation_kwargs,
+                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+                ) as model,
+                self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            ):
                 state.generation_model = model
                 return super()._generate(prompts)
         finally:
@@ -273,19 +281,6 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         """``rollout.engine: minimind`` on the plain transformers path (no vLLM, no images)."""
         return (self.args.rollout_engine == "minimind" and not self.use_vllm
                 and not self.use_transformers_continuous_batching)
-
-    @contextlib.contextmanager
-    def _generation_weights(self):
-        """The unwrapped policy with whole weights (TRL's unwrap, gather and summon)."""
-        with (
-            unwrap_model_for_generation(
-                self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            yield model
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """One model turn of every context: ids up to the first eos and each id's sampling log-prob
@@ -313,7 +308,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         state = self._generating
         rows = self._rollout_rows(prompt_ids) if self.args.sampling_streams == "global_row" else None
         if rows is not None:  # the same trajectories on any number of processes
-            stream, keys = f"{mode}:{self.state.global_step}", [self._global_row(r, state) for r in rows]
+            offset = self.accelerator.process_index * len(state.row_histories)  # blocks of rows, in process order
+            stream, keys = f"{mode}:{self.state.global_step}", [offset + row for row in rows]
         else:
             stream, keys = f"{mode}:{self.state.global_step}:{self.accelerator.process_index}", None
         model = state.generation_model  # gathered by _generate for the whole rollout
@@ -339,11 +335,6 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             state.row_histories = [list(c) for c in contexts]
             return list(range(len(contexts)))
         return match_rows(state.row_histories, contexts)
-
-    def _global_row(self, row: int, state: RolloutState) -> int:
-        """A local row's place in the whole rollout: processes hold consecutive blocks of rows, in
-        process order (TRL gathers them so), each block the same length."""
-        return self.accelerator.process_index * len(state.row_histories) + row
 
     def _turn_budgets(self, contexts: list[list[int]]) -> list[int]:
         """New tokens each context may take: ``max_completion_length`` minus what its completion

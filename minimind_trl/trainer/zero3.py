@@ -22,8 +22,6 @@ import torch
 if not torch.accelerator.is_available():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled  # noqa: E402
-
 try:
     import deepspeed  # after DS_ACCELERATOR
 except ImportError:  # the optional extra minimind-trl[deepspeed]: nothing here runs without it
@@ -40,7 +38,7 @@ def full_weights(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """Every process holds the whole of ``model``'s parameters inside the block (read-only: changes
     are not written back); a no-op unless the model is ZeRO-3 partitioned. A collective: call it
     on every process. Memory: one full copy of the weights per process while it lasts."""
-    if deepspeed is None or not (is_deepspeed_zero3_enabled() and is_partitioned(model)):
+    if not is_partitioned(model):  # only DeepSpeed's zero.Init marks parameters so
         yield model
         return
     with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
