@@ -63,6 +63,7 @@ def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
 
 def test_fit_plan_shortens_rollouts_then_seeds_to_meet_the_budget(monkeypatch):
     monkeypatch.setitem(demo.REFERENCE_SECONDS, "rl_rollout", 8.3)  # the hand-worked figures below
+    monkeypatch.setitem(demo.REFERENCE_SECONDS, "eval", 14.0)
     wanted = demo.RLPlan(rl_rollouts=6, rl_seeds=3)
     full = demo.projected_rest_seconds(wanted, 4, 1.0)
     # 12 runs x (13 s + 6 rollouts x 8.3 s) + 13 evals x 14 s + 17 s, at the reference speed
