@@ -24,8 +24,12 @@
 
 Every heavy stage is the public command a user would type (``minimind-trl train``, ``eval``,
 ``summarize``, ``plot``), run in a child process, so the demo exercises exactly the documented
-path. A stage whose output is complete is skipped on ``--resume``; anything half-written is
-refused, never overwritten. ``--quick`` shrinks every stage (a couple of minutes; for CI-like
+path. Stages 5-7 are the sweep's own driver (:func:`minimind_trl.sweep.drive`) on a plan the demo
+names (:func:`rl_plan`): runs in ``runs/<condition>-seed<S>``, evaluations in ``eval/``, the
+summary in ``summary/`` and plots in ``plots/``, with the sweep's reuse rules (a run by its recipe
+hash, an evaluation by its weights and settings; summary and plots are rewritten every time). A
+stage whose output is complete is skipped on ``--resume``; anything half-written is refused, never
+overwritten. ``--quick`` shrinks every stage (a couple of minutes; for CI-like
 smoke runs), without changing what is run.
 
 ``--ablation`` adds the two missing cells of the 2x2 (advantage z-score / centred x reduction
@@ -59,12 +63,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from minimind_trl import sweep
 from minimind_trl.data import generate_tasks, prepare_splits
 from minimind_trl.data.drills import copy_drills
 from minimind_trl.data.gold import gold_file_rows
 from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.eval.folder import EVAL_MANIFEST, EvalFolder
 from minimind_trl.fsio import FolderInUseError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
@@ -273,31 +277,11 @@ def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume
     return RunFolder(run_dir).final_dir
 
 
-def stage_eval(out: Path, name: str, checkpoint: Path, splits: Path, tokenizer: Path, size: DemoSize,
-               resume: bool, split: str = "test", limit: int | None = None) -> Path:
-    """Frozen greedy evaluation of ``checkpoint`` on ``split`` (its first ``limit`` questions) into
-    ``out/eval/NAME``."""
-    folder = out / "eval" / name
-    if _check_fresh(folder, resume, EVAL_MANIFEST):
-        _log(f"eval {name}: already done, skipping")
-        return folder
-    _run(["eval", "--checkpoint", str(checkpoint), "--tokenizer", str(tokenizer), "--split-dir", str(splits),
-          "--split", split, "--output-dir", str(folder), "--batch-size", str(size.eval_batch_size),
-          "--max-new-tokens", "96", *([] if limit is None else ["--limit", str(limit)])],
-         out / "logs" / f"eval_{name}.log")
-    return folder
-
-
 def rl_seeds(seed: int, count: int) -> list[int]:
     """The RL seeds: ``seed``, ``seed + 1``, ... (the first is the pretraining/SFT seed too)."""
     if count < 1:
         raise DemoError(f"--seeds must be at least 1, got {count}")
     return [seed + i for i in range(count)]
-
-
-def run_name(condition: str, rl_seed: int) -> str:
-    """Run and eval folder name of one (objective, RL seed)."""
-    return f"{condition}_seed{rl_seed}"
 
 
 def pretrain_overrides(data_dir: Path, tokenizer: Path, size: DemoSize, seed: int) -> list[str]:
@@ -312,11 +296,12 @@ def sft_overrides(data_dir: Path, pretrained: Path, tokenizer: Path, size: DemoS
             f"model.path={pretrained}", f"tokenizer.path={tokenizer}", f"seed={seed}"]
 
 
-def rl_overrides(sft: Path, splits: Path, tokenizer: Path, objective: tuple[str, ...], rl_seed: int,
-                 rollouts: int | None = None, prompts: int | None = None) -> list[str]:
-    """``--set`` items of one RL run (``recipes/demo/rl.yaml``): the start, data, tokenizer,
-    ``objective``'s overrides and the RL seed. Training settings are the recipe's; only a plan that
-    differs from it (``--budget``, ``--quick``) sets ``rollouts`` x K updates and ``prompts`` per rollout."""
+def rl_condition_overrides(objective: tuple[str, ...], rollouts: int | None = None,
+                           prompts: int | None = None) -> list[str]:
+    """One RL condition's own ``--set`` items (the sweep's ``Condition.overrides``): ``objective``'s,
+    and only for a plan that differs from ``recipes/demo/rl.yaml`` (``--budget``, ``--quick``)
+    ``rollouts`` x K updates and ``prompts`` per rollout. The start, data, tokenizer and seed come
+    from :func:`rl_plan`; every other training setting is the recipe's."""
     recipe = rl_recipe()
     shape = []
     if prompts is not None:
@@ -324,8 +309,60 @@ def rl_overrides(sft: Path, splits: Path, tokenizer: Path, objective: tuple[str,
                   f"training.per_device_train_batch_size={prompts * recipe.group_size}"]
     if rollouts is not None and rollouts != recipe.rollouts:
         shape.append(f"training.max_steps={rollouts * recipe.updates_per_rollout}")
-    return [f"model.path={sft}", f"data.path={splits}", *objective, *shape, f"tokenizer.path={tokenizer}",
-            f"seed={rl_seed}"]
+    return [*objective, *shape]
+
+
+def rl_plan(out: Path, sft: Path, splits: Path, tokenizer: Path, table: dict[str, tuple[str, ...]],
+            seeds: list[int], rollouts: int | None = None, prompts: int | None = None,
+            resume: bool = False) -> sweep.Plan:
+    """The RL stage as a sweep plan (:class:`minimind_trl.sweep.Plan`): every condition of ``table``
+    x ``seeds`` trains ``recipes/demo/rl.yaml`` from ``sft`` into ``out/runs/<condition>-seed<S>``,
+    is evaluated into ``out/eval/<condition>-seed<S>`` (the SFT start into ``out/eval/sft``), and the
+    summary and plots go to ``out/summary`` and ``out/plots``. A run folder is reused by the sweep's
+    rule (the recipe hash); without ``resume`` only new folders are accepted."""
+    plan = sweep.Plan(protocol="demo", recipes_dir=str(RECIPE_DIR), data=str(splits), sft=str(sft), out=str(out),
+                      seeds=list(seeds), overrides=[f"tokenizer.path={tokenizer}"],
+                      baseline_eval=str(out / "eval" / sweep.BASELINE), summary_dir=str(out / "summary"),
+                      plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
+    for seed in seeds:
+        for name, objective in table.items():
+            label = f"{name}-seed{seed}"
+            cond = sweep.Condition(name=name, seed=seed, recipe=str(RECIPE_DIR / "rl.yaml"),
+                                   run_dir=str(out / "runs" / label), eval_dir=str(out / "eval" / label),
+                                   overrides=rl_condition_overrides(objective, rollouts, prompts))
+            try:
+                action, conflict = sweep.reuse_action(plan, cond)
+            except sweep.SweepError as exc:
+                raise DemoError(str(exc)) from None
+            if action is None:
+                raise DemoError(f"{conflict}; a demo folder holds one recipe per run: use a new --output-dir")
+            if action != "train" and not resume:
+                raise DemoError(f"{cond.run_dir} is not empty; use --resume or a new --output-dir")
+            cond.action = action
+            plan.conditions.append(cond)
+    return plan
+
+
+def eval_settings(size: DemoSize) -> dict:
+    """The demo's frozen greedy evaluation (the sweep's settings dict): the test split, 96 new
+    tokens per turn, up to 3 tool turns."""
+    return {"split": "test", "limit": None, "batch_size": size.eval_batch_size, "max_new_tokens": 96,
+            "max_tool_turns": 3, "device": "auto"}
+
+
+def demo_runner(timings: Timings) -> sweep.Runner:
+    """The sweep's runner for the demo: each command echoed (training bars included) and logged,
+    its wall time recorded in ``timings.json`` under the log's name (``grpo-seed42.train``, ...)."""
+
+    def run(args: list[str], log: Path, devices: str | None = None) -> int:
+        _log("$ minimind-trl " + " ".join(args))
+        started = time.time()
+        rc = run_cli(args, log, append=False, header=False, echo=True)
+        if rc == 0:
+            timings.record(Path(log).stem, time.time() - started)
+        return rc
+
+    return run
 
 
 def conditions(ablation: bool) -> dict[str, tuple[str, ...]]:
@@ -482,48 +519,23 @@ def _run_stages(out: Path, size: DemoSize, seed: int, resume: bool, num_seeds: i
     sft = train("sft", "sft.yaml", sft_overrides(out / "data", pretrained, tokenizer, size, seed))
     table = conditions(ablation)
     plan = _plan_rl(timings, size, num_seeds, len(table), budget_min, time.time() - started, size == SIZES["full"])
-    checkpoints = {"sft": sft}
-    labels = {"sft": "sft"}  # folder name -> summarize label (cond@seed)
-    for rl_seed in rl_seeds(seed, plan.rl_seeds):
-        for name, objective in table.items():
-            run = run_name(name, rl_seed)
-            checkpoints[run] = train(run, "rl.yaml", rl_overrides(sft, splits, tokenizer, objective, rl_seed,
-                                                              plan.rl_rollouts, size.rl_prompts))
-            labels[run] = f"{name}@{rl_seed}"
-    evals = {}
-    for run, ckpt in checkpoints.items():
-        def work(run=run, ckpt=ckpt):
-            done = resume and EvalFolder(out / "eval" / run).is_complete()
-            return stage_eval(out, run, ckpt, splits, tokenizer, size, resume), not done
-        evals[run] = _timed(timings, f"eval_{run}", work)
-    summary_dir = out / "summary"
-
-    plots = out / "plots"
-
-    def summarize():
-        if resume and _stage_done(summary_dir, "summary.md"):
-            return None, False
-        if summary_dir.exists():
-            shutil.rmtree(summary_dir)
-        _run(["summarize", *[f"{labels[run]}={path}" for run, path in evals.items()], "--baseline", "sft",
-              *(["--interaction", INTERACTION] if ablation else []), "--output-dir", str(summary_dir)],
-             out / "logs" / "summarize.log")
-        return None, True
-
-    def plot():
-        if resume and plots.is_dir() and any(plots.iterdir()):
-            return None, False
-        shutil.rmtree(plots, ignore_errors=True)
-        _run(["plot", "--runs", *[str(out / "runs" / run) for run in checkpoints if run != "sft"], "--summary",
-              str(summary_dir / "summary.json"), "--output-dir", str(plots)], out / "logs" / "plot.log")
-        return None, True
-
-    _timed(timings, "summary", summarize)
-    _timed(timings, "plots", plot)
+    rl = rl_plan(out, sft, splits, tokenizer, table, rl_seeds(seed, plan.rl_seeds), plan.rl_rollouts,
+                 size.rl_prompts, resume)
+    try:
+        failed, outputs = sweep.drive(rl, eval_settings(size), demo_runner(timings),
+                                      interaction=INTERACTION if ablation else None)
+    except sweep.SweepError as exc:
+        raise DemoError(str(exc)) from None
+    if failed:
+        bad = [f"{c.label} ({c.log or c.eval_dir})" for c in rl.conditions if c.action in ("failed", "stopped")
+               or c.eval_action == "failed"]
+        raise DemoError(f"the RL stage did not finish: {', '.join(bad) or outputs.get('failed', 'the baseline eval')}; "
+                        f"logs in {rl.logs_dir}")
+    summary_dir = Path(rl.summary_dir)
     # A resumed demo's total counts the recorded stages it skipped (not the data and tokenizer, ~20 s).
     timings.data["total_s"] = round(max(time.time() - started, timings.recorded_seconds()), 1)
     timings.save()
-    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {plots}; "
+    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {rl.plots_dir}; "
          f"stage times: {timings.path}")
     return summary_dir / "summary.md"
 

@@ -133,12 +133,14 @@ class Condition:
     recipe: str
     run_dir: str
     eval_dir: str
+    overrides: list[str] = field(default_factory=list)  # this condition's own --set items, after the plan's
     recipe_sha256: str = ""
     action: str = ""  # train | resume | skip | stopped | failed; other | stale (outside --conditions)
     rc: int | None = None
     seconds: float | None = None
     eval_action: str = ""  # eval | skip | failed | none
     eval_rc: int | None = None
+    eval_seconds: float | None = None
     log: str = ""
 
     @property
@@ -148,14 +150,27 @@ class Condition:
 
 @dataclass
 class Plan:
+    """What a sweep runs and where it writes. The four paths default to the sweep's layout (module
+    docstring); the demo names its own (:mod:`minimind_trl.demo`)."""
+
     protocol: str
     recipes_dir: str
     data: str
     sft: str
     out: str
     seeds: list[int]
-    overrides: list[str]
+    overrides: list[str]  # --set items of every condition
     conditions: list[Condition] = field(default_factory=list)  # every condition x seed of the protocol
+    baseline_eval: str = ""  # OUT/eval/<protocol>/sft
+    summary_dir: str = ""  # OUT/summary/<protocol>
+    plots_dir: str = ""  # OUT/plots/<protocol>
+    logs_dir: str = ""  # OUT/logs/<protocol>
+
+    def __post_init__(self) -> None:
+        self.baseline_eval = self.baseline_eval or str(Path(self.out, "eval", self.protocol, BASELINE))
+        self.summary_dir = self.summary_dir or str(Path(self.out, "summary", self.protocol))
+        self.plots_dir = self.plots_dir or str(Path(self.out, "plots", self.protocol))
+        self.logs_dir = self.logs_dir or str(Path(self.out, "logs", self.protocol))
 
 
 # ----------------------------------------------------------------------------------- arguments
@@ -335,6 +350,11 @@ def sweep_overrides(data: str, sft: str, seed: int, user: list[str]) -> list[str
             f"seed={seed}", *user]
 
 
+def condition_overrides(plan: Plan, cond: Condition) -> list[str]:
+    """Every ``--set`` item of ``cond``'s train command: the sweep's (:func:`sweep_overrides`), then its own."""
+    return [*sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides), *cond.overrides]
+
+
 # ----------------------------------------------------------------------------------- planning
 
 
@@ -367,15 +387,7 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
             cond = Condition(name=condition, seed=seed, recipe=str(recipe_path.resolve()),
                              run_dir=str(Path(out, "runs", name, f"{condition}-seed{seed}")),
                              eval_dir=str(Path(out, "eval", name, f"{condition}-seed{seed}")))
-            try:
-                recipe = load_recipe(recipe_path, sweep_overrides(data, sft, seed, plan.overrides))
-            except (RecipeError, FileNotFoundError) as exc:
-                raise SweepError(f"{recipe_path}: {exc}") from None
-            cond.recipe_sha256 = recipe_sha256(recipe)
-            try:
-                action = RunFolder(cond.run_dir).reuse_action(recipe, cond.recipe_sha256)
-            except RunFolderConflict as exc:
-                action, conflict = None, str(exc)
+            action, conflict = reuse_action(plan, cond)
             if condition not in selected:
                 cond.action = "other" if action == "skip" else "stale"
                 if cond.action == "other":
@@ -390,7 +402,7 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
                 continue
             cond.action = action
             plan.conditions.append(cond)
-    checks = [(Path(plan.sft), Path(out, "eval", name, BASELINE))]
+    checks = [(Path(plan.sft), Path(plan.baseline_eval))]
     for cond in plan.conditions:
         if cond.action == "skip":
             checks.append((RunFolder(cond.run_dir).final_dir, Path(cond.eval_dir)))
@@ -404,6 +416,21 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
     if problems:
         raise SweepError("refusing to run:\n  " + "\n  ".join(problems))
     return plan
+
+
+def reuse_action(plan: Plan, cond: Condition) -> tuple[str | None, str]:
+    """Resolve ``cond``'s recipe (setting ``cond.recipe_sha256``) and what its run folder allows:
+    (``train`` | ``resume`` | ``skip`` | ``stopped``, "") by :meth:`RunFolder.reuse_action`, or
+    (None, why) when the folder holds another recipe's run or is not a run folder."""
+    try:
+        recipe = load_recipe(cond.recipe, condition_overrides(plan, cond))
+    except (RecipeError, FileNotFoundError) as exc:
+        raise SweepError(f"{cond.recipe}: {exc}") from None
+    cond.recipe_sha256 = recipe_sha256(recipe)
+    try:
+        return RunFolder(cond.run_dir).reuse_action(recipe, cond.recipe_sha256), ""
+    except RunFolderConflict as exc:
+        return None, str(exc)
 
 
 # ----------------------------------------------------------------------------------- running
@@ -436,7 +463,7 @@ def _say(text: str) -> None:
 
 
 def _log_path(plan: Plan, name: str) -> Path:
-    return Path(plan.out, "logs", plan.protocol, f"{name}.log")
+    return Path(plan.logs_dir, f"{name}.log")
 
 
 MOE_PROTOCOLS = ("e3",)
@@ -446,7 +473,7 @@ MOE_PROTOCOLS = ("e3",)
 def train_args(plan: Plan, cond: Condition) -> list[str]:
     """The ``minimind-trl`` arguments that train (or resume) ``cond``."""
     args = ["train", cond.recipe, "--output-dir", cond.run_dir]
-    for text in sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides):
+    for text in condition_overrides(plan, cond):
         args += ["--set", text]
     return args + (["--resume"] if cond.action == "resume" else [])
 
@@ -484,8 +511,7 @@ def preflight(plan: Plan, recipes: dict[str, dict]) -> list[str]:
 def dry_run(plan: Plan) -> int:
     """Print each condition's action, command and resolved differences from the protocol's first
     condition, then the pre-flight problems; 2 if there are any."""
-    recipes = {cond.label: load_recipe(cond.recipe, sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides))
-               for cond in plan.conditions}
+    recipes = {cond.label: load_recipe(cond.recipe, condition_overrides(plan, cond)) for cond in plan.conditions}
     base = _flat(recipes[plan.conditions[0].label]) if plan.conditions else {}
     for index, cond in enumerate(plan.conditions):
         flat = _flat(recipes[cond.label])
@@ -586,7 +612,7 @@ def interaction_specs(plan: Plan, own: dict[str, list[tuple[int, str]]]) -> tupl
     """For e2: the e1 cells' eval folders (same seeds, same SFT baseline) and the --interaction value."""
     if plan.protocol != "e2":
         return [], None
-    baseline = EvalFolder(Path(plan.out, "eval", "e2", BASELINE)).checkpoint_sha256()
+    baseline = EvalFolder(plan.baseline_eval).checkpoint_sha256()
     e1_baseline = EvalFolder(Path(plan.out, "eval", "e1", BASELINE)).checkpoint_sha256()
     if e1_baseline != baseline:
         return [], None  # no e1 sweep here, or one from another SFT checkpoint
@@ -605,9 +631,12 @@ def interaction_specs(plan: Plan, own: dict[str, list[tuple[int, str]]]) -> tupl
     return specs, ",".join(f"{cell}={condition}" for cell, condition in cells.items())
 
 
-def summarize_and_plot(plan: Plan, args: argparse.Namespace, run: Runner) -> dict[str, Any]:
-    """``minimind-trl summarize`` and ``plot`` over the evaluated conditions; returns what was written."""
-    baseline_dir = Path(plan.out, "eval", plan.protocol, BASELINE)
+def summarize_and_plot(plan: Plan, run: Runner, n_resamples: int | None = None,
+                       interaction: str | None = None) -> dict[str, Any]:
+    """``minimind-trl summarize`` and ``plot`` over the evaluated conditions; returns what was written.
+    ``interaction`` (``cell=condition,...``, all conditions of this plan) asks summarize for the 2x2
+    interaction; without it, e2 looks for its e1 cells (:func:`interaction_specs`)."""
+    baseline_dir = Path(plan.baseline_eval)
     own: dict[str, list[tuple[int, str]]] = {}  # evaluated conditions (this sweep's, and matching others)
     for cond in plan.conditions:
         if cond.action != "stale" and _evaluated(cond.eval_dir):
@@ -618,14 +647,15 @@ def summarize_and_plot(plan: Plan, args: argparse.Namespace, run: Runner) -> dic
         return result
     specs = [f"{BASELINE}={baseline_dir}"]
     specs += [f"{name}@{seed}={path}" for name, items in own.items() for seed, path in items]
-    extra, interaction = interaction_specs(plan, own)
-    specs += extra
-    summary_dir = Path(plan.out, "summary", plan.protocol)
+    if interaction is None:
+        extra, interaction = interaction_specs(plan, own)
+        specs += extra
+    summary_dir = Path(plan.summary_dir)
     command = ["summarize", *specs, "--output-dir", str(summary_dir), "--baseline", BASELINE, "--overwrite"]
     if interaction:
         command += ["--interaction", interaction]
-    if args.n_resamples is not None:
-        command += ["--n-resamples", str(args.n_resamples)]
+    if n_resamples is not None:
+        command += ["--n-resamples", str(n_resamples)]
     log = _log_path(plan, "summarize")
     if run(command, log) != 0:
         _say(f"summarize failed; see {log}")
@@ -636,7 +666,7 @@ def summarize_and_plot(plan: Plan, args: argparse.Namespace, run: Runner) -> dic
     _say(f"summary: {summary_dir / 'summary.md'}" + (" (with the 2x2 interaction)" if interaction else ""))
     runs = [c.run_dir for c in plan.conditions if c.action != "stale" and _evaluated(c.eval_dir)
             and run_state(Path(c.run_dir)) == "completed"]
-    plots_dir = Path(plan.out, "plots", plan.protocol)
+    plots_dir = Path(plan.plots_dir)
     log = _log_path(plan, "plot")
     if run(["plot", "--runs", *runs, "--summary", str(summary_dir / "summary.json"), "--output-dir", str(plots_dir)],
            log) != 0:
@@ -677,31 +707,49 @@ def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
 
 def _run_plan(plan, settings, args: argparse.Namespace, argv: list[str], started: str, run: Runner) -> int:
     """Train, evaluate, summarize and plot the planned conditions (the sweep folder is locked)."""
-    baseline_dir = Path(plan.out, "eval", plan.protocol, BASELINE)
-    mine = [cond for cond in plan.conditions if cond.action not in ("other", "stale")]
-    slots, record_lock = args.gpus, threading.Lock()
+    record_lock = threading.Lock()
 
     def save_record() -> None:
         with record_lock:  # jobs finish in other threads with --gpus
             write_record(plan, argv, started, {})
 
+    failed, outputs = drive(plan, settings, run, args.gpus, after_job=save_record, n_resamples=args.n_resamples)
+    record = write_record(plan, argv, started, {"baseline_eval": plan.baseline_eval, **outputs})
+    _say(f"record: {record}")
+    return 1 if failed else 0
+
+
+def drive(plan: Plan, settings: dict[str, Any], run: Runner, slots: list[str] | None = None,
+          after_job: Callable[[], None] | None = None, n_resamples: int | None = None,
+          interaction: str | None = None) -> tuple[bool, dict[str, Any]]:
+    """The sweep's driver, which the demo runs too: train every planned condition (action
+    ``train``/``resume``; ``skip`` and ``stopped`` are reported), evaluate the baseline and every
+    completed run (:func:`evaluate`: an evaluation of the same weights and settings is reused), then
+    :func:`summarize_and_plot`. ``after_job()`` runs after each training and evaluation (the sweep
+    rewrites its record, the demo its timings). Returns (whether anything failed, what was written)."""
+    mine = [cond for cond in plan.conditions if cond.action not in ("other", "stale")]
+    done = after_job or (lambda: None)
+
     def train(cond: Condition):
         def job(devices: str | None) -> None:
             train_condition(plan, cond, run, devices)
-            save_record()
+            done()
         return job
 
     in_slots([train(cond) for cond in mine], slots)
     baseline: list[str] = []
 
     def evaluate_baseline(devices: str | None) -> None:
-        baseline.append(evaluate(plan, BASELINE, Path(plan.sft), baseline_dir, settings, run, devices)[0])
+        baseline.append(evaluate(plan, BASELINE, Path(plan.sft), Path(plan.baseline_eval), settings, run, devices)[0])
+        done()
 
     def evaluate_run(cond: Condition):
         def job(devices: str | None) -> None:
+            started = time.perf_counter()
             cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, RunFolder(cond.run_dir).final_dir,
                                                       Path(cond.eval_dir), settings, run, devices)
-            save_record()
+            cond.eval_seconds = round(time.perf_counter() - started, 1)
+            done()
         return job
 
     trained = [cond for cond in mine if run_state(Path(cond.run_dir)) == "completed"]
@@ -710,11 +758,8 @@ def _run_plan(plan, settings, args: argparse.Namespace, argv: list[str], started
             cond.eval_action = "none"
     in_slots([evaluate_baseline, *(evaluate_run(cond) for cond in trained)], slots)
     failed = baseline == ["failed"] or len(trained) < len(mine) or any(c.eval_action == "failed" for c in trained)
-    outputs = summarize_and_plot(plan, args, run)
-    failed |= "failed" in outputs
-    record = write_record(plan, argv, started, {"baseline_eval": str(baseline_dir), **outputs})
-    _say(f"record: {record}")
-    return 1 if failed else 0
+    outputs = summarize_and_plot(plan, run, n_resamples, interaction)
+    return failed or "failed" in outputs, outputs
 
 
 def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minimind_trl import demo
+from minimind_trl import demo, sweep
 from minimind_trl.data import prepare_splits
 from minimind_trl.eval.stats import paired_difference_ci
 from minimind_trl.fsio import read_jsonl, write_json_atomic, write_jsonl_atomic, write_text_atomic
@@ -59,13 +59,25 @@ def _quarters(run_dir: Path, key: str) -> tuple[float | None, float | None]:
     return float(np.mean(values[:q])), float(np.mean(values[-q:]))
 
 
-def hard_split(out: Path, sft: Path, splits: Path, tokenizer: Path, pool: int) -> Path:
+def evaluate(out: Path, name: str, checkpoint: Path, splits: Path, split: str, limit: int | None = None) -> Path:
+    """``out/eval/NAME``: the demo's greedy evaluation of ``checkpoint`` on ``split`` (its first
+    ``limit`` questions) by the sweep's rule (an evaluation of the same weights and settings is reused)."""
+    plan = sweep.Plan(protocol="rl_search", recipes_dir=str(demo.RECIPE_DIR), data=str(splits), sft=str(checkpoint),
+                      out=str(out), seeds=[], overrides=[], logs_dir=str(out / "logs"))
+    settings = {**demo.eval_settings(demo.SIZES["full"]), "split": split, "limit": limit}
+    eval_dir = out / "eval" / name
+    action, _ = sweep.evaluate(plan, name, checkpoint, eval_dir, settings, sweep.subprocess_runner())
+    if action == "failed":
+        raise SystemExit(f"demo_rl_search.py: evaluating {checkpoint} failed; see {out / 'logs' / name}.eval.log")
+    return eval_dir
+
+
+def hard_split(out: Path, sft: Path, splits: Path, pool: int) -> Path:
     """``out/hard_split``: the first ``pool`` training questions that the SFT start fails (greedy)."""
     folder = out / "hard_split"
     if (folder / "manifest.json").is_file():
         return folder
-    eval_dir = demo.stage_eval(out, f"sft_train{pool}", sft, splits, tokenizer, demo.SIZES["full"], True,
-                               split="train", limit=pool)
+    eval_dir = evaluate(out, f"sft_train{pool}", sft, splits, "train", limit=pool)
     failed = {r["id"] for r in read_jsonl(eval_dir / "records.jsonl") if not r["success"]}
     tasks = [task for task in read_jsonl(splits / "train.jsonl") if task["id"] in failed]
     source = out / "hard_src" / "hard.jsonl"
@@ -85,18 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hard-pool", type=int, default=None, metavar="N",
                         help="write OUTPUT/hard_split: the first N training questions the SFT start fails")
     args = parser.parse_args(argv)
-    size = demo.SIZES["full"]
     demo_dir, out = Path(args.demo_dir), Path(args.output_dir)
     splits, tokenizer, sft = demo_dir / "data" / "splits", demo_dir / "tokenizer", demo_dir / "runs" / "sft" / "final"
     for needed in (splits / "manifest.json", tokenizer / "tokenizer.json", sft / "config.json"):
         if not needed.is_file():
             raise SystemExit(f"demo_rl_search.py: {needed} is missing; run `minimind-trl demo` first")
     if args.hard_pool:
-        print(f"hard split: {hard_split(out, sft, splits, tokenizer, args.hard_pool)}", flush=True)
+        print(f"hard split: {hard_split(out, sft, splits, args.hard_pool)}", flush=True)
     result_file = out / "search.json"
     result = json.loads(result_file.read_text()) if result_file.is_file() else {"cells": {}}
-    base_eval = demo.stage_eval(out, f"sft_{args.split}", sft, splits, tokenizer, size, True, split=args.split)
-    base = _successes(base_eval)
+    base = _successes(evaluate(out, f"sft_{args.split}", sft, splits, args.split))
     result["sft"] = {"split": args.split, "questions": int(base.size), "success": float(base.mean())}
     for name, items in args.cell:
         run_dir = out / "runs" / name
@@ -106,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"seed={args.seed}", *items]
         final = demo.stage_train(out, name, demo.RECIPE_DIR / "rl.yaml", overrides, resume=True)
         train_s = None if trained else round(time.time() - started, 1)
-        values = _successes(demo.stage_eval(out, f"{name}_{args.split}", final, splits, tokenizer, size, True,
-                                            split=args.split))
+        values = _successes(evaluate(out, f"{name}_{args.split}", final, splits, args.split))
         ci = paired_difference_ci(values, base)
         reward = _quarters(run_dir, REWARD_MEAN)
         sampled = _quarters(run_dir, reward_func_mean_key("success_reward"))

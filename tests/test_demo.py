@@ -1,10 +1,11 @@
 """The README's main command: `minimind-trl demo` (here in its --quick size) runs the whole chain."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from minimind_trl import demo
+from minimind_trl import demo, sweep
 from minimind_trl.run_folder import RunFolder
 from minimind_trl.trainer.recipe import load_recipe, recipe_sha256
 
@@ -17,7 +18,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     text = (out / "summary" / "summary.md").read_text()
     seeds = demo.rl_seeds(42, demo.SIZES["quick"].rl_seeds)
     assert seeds == [42, 43]
-    runs = [demo.run_name(name, seed) for seed in seeds for name in demo.CONDITIONS]
+    runs = [f"{name}-seed{seed}" for seed in seeds for name in demo.CONDITIONS]
     assert "| sft | 1 |" in text
     for name in demo.CONDITIONS:  # every objective: both seeds, each seed's mean, a two-level CI
         row = summary["metrics"]["task_success"][name]
@@ -49,7 +50,11 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
     log = capsys.readouterr().out
     assert "already trained with this recipe, skipping" in log and "$ minimind-trl train" not in log
+    assert f"grpo-seed42: completed earlier ({out / 'runs' / 'grpo-seed42'})" in log  # the sweep's driver
+    assert "grpo-seed42: evaluated earlier" in log and "$ minimind-trl eval" not in log
     timings = json.loads((out / demo.TIMINGS_FILE).read_text())
+    assert {"pretrain", "sft", "grpo-seed42.train", "grpo-seed42.eval", "sft.eval", "summarize", "plot"} <= set(
+        timings["stages"])
     assert timings["total_s"] >= round(sum(timings["stages"].values()), 1)  # kept the real total (0.1 s steps)
 
 
@@ -82,37 +87,43 @@ def test_fit_plan_shortens_rollouts_then_seeds_to_meet_the_budget(monkeypatch):
 
 
 def test_ablation_trains_the_two_cells_and_asks_for_the_interaction(tmp_path, monkeypatch):
-    calls = []
+    """The RL stage is the sweep's driver on a plan the demo names: with --ablation it holds the
+    2x2's two extra cells for every seed, and asks the driver for the interaction."""
+    trained, driven = [], []
 
     def fake_train(out, name, recipe, overrides, resume):
-        calls.append((name, recipe.name, list(overrides)))
+        trained.append(name)
         return out / "runs" / name / "final"
 
-    def fake_eval(out, name, checkpoint, splits, tokenizer, size, resume, split="test"):
-        return out / "eval" / name
+    def fake_drive(plan, settings, run, slots=None, after_job=None, n_resamples=None, interaction=None):
+        driven.append((plan, settings, interaction))
+        return False, {"summary": str(Path(plan.summary_dir) / "summary.md")}
 
     monkeypatch.setattr(demo, "stage_data", lambda out, size, seed, resume: out / "data" / "splits")
     monkeypatch.setattr(demo, "stage_tokenizer", lambda out, resume: out / "tokenizer")
     monkeypatch.setattr(demo, "stage_train", fake_train)
-    monkeypatch.setattr(demo, "stage_eval", fake_eval)
-    commands = []
-    monkeypatch.setattr(demo, "_run", lambda args, log_file: commands.append(args))
+    monkeypatch.setattr(demo.sweep, "drive", fake_drive)
     out = tmp_path / "demo"
-    demo.run_demo(out, demo.SIZES["quick"], seed=7, ablation=True)
-    rl = [(name, overrides) for name, recipe, overrides in calls if recipe == "rl.yaml"]
-    assert [name for name, _ in rl] == [demo.run_name(c, s) for s in (7, 8) for c in
-                                        ("grpo", "cispo", "dr_grpo", "gspo", "zscore_fixedL", "center_seqmean")]
-    by_name = dict(rl)
-    assert {"objective.preset=dr_grpo", "objective.advantage=zscore", "seed=8"} <= set(by_name["zscore_fixedL_seed8"])
-    assert {"objective.preset=grpo", "objective.advantage=center", "seed=7"} <= set(by_name["center_seqmean_seed7"])
-    assert not any(o.startswith("objective.advantage") for o in by_name["grpo_seed7"])
-    summarize = next(c for c in commands if c[0] == "summarize")
-    cells = dict(item.split("=") for item in summarize[summarize.index("--interaction") + 1].split(","))
+    assert demo.run_demo(out, demo.SIZES["quick"], seed=7, ablation=True) == out / "summary" / "summary.md"
+    assert trained == ["pretrain", "sft"]
+    [(plan, settings, interaction)] = driven
+    cells = ("grpo", "cispo", "dr_grpo", "gspo", "zscore_fixedL", "center_seqmean")
+    assert [c.label for c in plan.conditions] == [f"{c}-seed{s}" for s in (7, 8) for c in cells]
+    assert {c.action for c in plan.conditions} == {"train"}
+    by_label = {c.label: c for c in plan.conditions}
+    assert {"objective.preset=dr_grpo", "objective.advantage=zscore"} <= set(by_label["zscore_fixedL-seed8"].overrides)
+    assert {"objective.preset=grpo", "objective.advantage=center"} <= set(by_label["center_seqmean-seed7"].overrides)
+    assert not any(o.startswith("objective.advantage") for o in by_label["grpo-seed7"].overrides)
+    assert by_label["grpo-seed7"].run_dir == str(out / "runs" / "grpo-seed7")
+    assert by_label["grpo-seed7"].eval_dir == str(out / "eval" / "grpo-seed7")
+    assert (plan.sft, plan.data) == (str(out / "runs" / "sft" / "final"), str(out / "data" / "splits"))
+    assert (plan.baseline_eval, plan.summary_dir, plan.plots_dir) == (
+        str(out / "eval" / "sft"), str(out / "summary"), str(out / "plots"))
+    cells = dict(item.split("=") for item in interaction.split(","))
     assert cells == {"zscore_seqmean": "grpo", "zscore_fixedL": "zscore_fixedL", "center_seqmean": "center_seqmean",
                      "center_fixedL": "dr_grpo"}
-    assert "center_seqmean@8=" + str(out / "eval" / "center_seqmean_seed8") in summarize
+    assert settings["split"] == "test" and settings["max_new_tokens"] == 96
     timings = json.loads((out / demo.TIMINGS_FILE).read_text())
-    assert {"pretrain", "sft", "grpo_seed7", "eval_sft", "summary", "plots"} <= set(timings["stages"])
     assert timings["plan"]["chosen"] == {"rl_rollouts": 1, "rl_seeds": 2} and "speed_factor" not in timings["plan"]
 
 
@@ -150,21 +161,27 @@ def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
 
 
 def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_path):
-    """The demo's RL training settings live in recipes/demo/rl.yaml alone: a full-size run passes only
-    model.path, data.path, tokenizer.path, objective.preset and seed; fewer rollouts (--budget) add
-    max_steps = rollouts x K, and --quick's prompts per rollout the matching batch size."""
-    recipe = load_recipe(demo.RECIPE_DIR / "rl.yaml")
-    plan = demo.rl_recipe()
-    assert plan.rollouts * plan.updates_per_rollout == recipe["training"]["max_steps"]
-    assert plan.updates_per_rollout == recipe["training"]["num_iterations"]
+    """The demo's RL training settings live in recipes/demo/rl.yaml alone: a full-size run's train
+    command resolves to the same recipe (and hash) as the recipe with only model.path, data.path,
+    tokenizer.path, objective.preset and seed set; fewer rollouts (--budget) add max_steps =
+    rollouts x K, and --quick's prompts per rollout the matching batch size."""
+    recipe_file = demo.RECIPE_DIR / "rl.yaml"
+    recipe = load_recipe(recipe_file)
+    shape = demo.rl_recipe()
+    assert shape.rollouts * shape.updates_per_rollout == recipe["training"]["max_steps"]
+    assert shape.updates_per_rollout == recipe["training"]["num_iterations"]
     sft, splits, tok = tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
-    items = demo.rl_overrides(sft, splits, tok, ("objective.preset=dr_grpo",), 43, plan.rollouts)
-    assert {item.split("=")[0] for item in items} == {"model.path", "data.path", "tokenizer.path",
-                                                     "objective.preset", "seed"}
-    shorter = demo.rl_overrides(sft, splits, tok, ("objective.preset=grpo",), 42, plan.rollouts - 1, prompts=4)
-    assert f"training.max_steps={(plan.rollouts - 1) * plan.updates_per_rollout}" in shorter
-    assert f"training.per_device_train_batch_size={4 * plan.group_size}" in shorter
-    resolved = load_recipe(demo.RECIPE_DIR / "rl.yaml", shorter)  # the overrides resolve as a recipe
+    plan = demo.rl_plan(tmp_path / "demo", sft, splits, tok, {"dr_grpo": ("objective.preset=dr_grpo",)}, [43],
+                        shape.rollouts)
+    [cond] = plan.conditions
+    assert cond.overrides == ["objective.preset=dr_grpo"]
+    five = [f"model.path={sft}", f"data.path={splits}", f"tokenizer.path={tok}", "objective.preset=dr_grpo", "seed=43"]
+    assert cond.recipe_sha256 == recipe_sha256(load_recipe(recipe_file, five))
+    assert load_recipe(recipe_file, sweep.condition_overrides(plan, cond)) == load_recipe(recipe_file, five)
+    shorter = demo.rl_condition_overrides(("objective.preset=grpo",), shape.rollouts - 1, prompts=4)
+    assert f"training.max_steps={(shape.rollouts - 1) * shape.updates_per_rollout}" in shorter
+    assert f"training.per_device_train_batch_size={4 * shape.group_size}" in shorter
+    resolved = load_recipe(recipe_file, shorter)  # the overrides resolve as a recipe
     assert resolved["rollout"]["prompts_per_rollout"] == 4
 
 
@@ -182,19 +199,21 @@ def test_the_full_demo_fits_its_default_budget_unless_full_rl_is_asked(monkeypat
 
 def test_a_resumed_demo_reuses_a_finished_run_only_for_the_same_recipe(tmp_path):
     """A completed RL run of another recipe (here: a budget plan's shorter max_steps) is refused on
-    --resume, naming the field, instead of being reused as if it were this call's run."""
+    --resume, naming the field, instead of being reused as if it were this call's run (the sweep's
+    rule, RunFolder.reuse_action)."""
     out, sft, splits, tok = tmp_path / "demo", tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
-    recipe = demo.RECIPE_DIR / "rl.yaml"
-    full = demo.rl_overrides(sft, splits, tok, ("objective.preset=grpo",), 42)
-    shorter = demo.rl_overrides(sft, splits, tok, ("objective.preset=grpo",), 42, rollouts=3)
-    run = RunFolder(out / "runs" / "grpo_seed42")
-    resolved = load_recipe(recipe, shorter)
+    table = {"grpo": ("objective.preset=grpo",)}
+    shorter = demo.rl_plan(out, sft, splits, tok, table, [42], rollouts=3)
+    [cond] = shorter.conditions
+    run = RunFolder(cond.run_dir)
+    resolved = load_recipe(cond.recipe, sweep.condition_overrides(shorter, cond))
     run.final_dir.mkdir(parents=True)
     (run.final_dir / "config.json").write_text("{}")
     run.manifest_path.write_text(json.dumps({"recipe_sha256": recipe_sha256(resolved), "recipe": resolved}))
     run.status_path.write_text(json.dumps({"state": "completed"}))
-    assert demo.stage_train(out, "grpo_seed42", recipe, shorter, resume=True) == run.final_dir
+    again = demo.rl_plan(out, sft, splits, tok, table, [42], rollouts=3, resume=True)
+    assert [c.action for c in again.conditions] == ["skip"]
     with pytest.raises(demo.DemoError, match=r"ran a different recipe \(differs in \['training'\]\)"):
-        demo.stage_train(out, "grpo_seed42", recipe, full, resume=True)
+        demo.rl_plan(out, sft, splits, tok, table, [42], resume=True)
     with pytest.raises(demo.DemoError, match="use --resume"):
-        demo.stage_train(out, "grpo_seed42", recipe, shorter, resume=False)
+        demo.rl_plan(out, sft, splits, tok, table, [42], rollouts=3, resume=False)

@@ -220,6 +220,34 @@ def test_e2_summary_pulls_in_the_e1_cells(tmp_path):
     assert sweep.interaction_specs(plan, own) == ([], None)  # e1 started from another SFT checkpoint
 
 
+def test_a_plan_names_its_own_paths_condition_overrides_and_interaction(tmp_path):
+    """What the demo relies on: a Plan's baseline/summary/plots/logs paths replace the sweep's layout,
+    a condition's own --set items follow the sweep's in its train command, and an interaction given
+    to summarize_and_plot is passed to summarize as is."""
+    out = tmp_path / "out"
+    plan = sweep.Plan(protocol="demo", recipes_dir="r", data="d", sft="s", out=str(out), seeds=[42], overrides=["x=1"],
+                      baseline_eval=str(out / "eval" / "sft"), summary_dir=str(out / "summary"),
+                      plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
+    default = sweep.Plan(protocol="e1", recipes_dir="r", data="d", sft="s", out=str(out), seeds=[42], overrides=[])
+    assert default.baseline_eval == str(out / "eval" / "e1" / "sft")
+    assert default.summary_dir == str(out / "summary" / "e1")
+    for name in ("sft", "a-seed42", "b-seed42"):
+        (out / "eval" / name).mkdir(parents=True)
+        (out / "eval" / name / "eval_manifest.json").write_text("{}")
+    plan.conditions = [sweep.Condition(name=n, seed=42, recipe="r.yaml", run_dir=str(out / "runs" / f"{n}-seed42"),
+                                       eval_dir=str(out / "eval" / f"{n}-seed42"), overrides=[f"objective.preset={n}"],
+                                       action="skip") for n in ("a", "b")]
+    assert sweep.train_args(plan, plan.conditions[1])[-4:] == ["--set", "x=1", "--set", "objective.preset=b"]
+    calls = []
+    result = sweep.summarize_and_plot(plan, lambda args, log: calls.append((args, Path(log))) or 0, 100, "c1=a,c2=b")
+    summarize, log = calls[0]
+    assert summarize[summarize.index("--interaction") + 1] == "c1=a,c2=b"
+    assert summarize[summarize.index("--output-dir") + 1] == str(out / "summary")
+    assert log == out / "logs" / "summarize.log"
+    assert f"sft={out / 'eval' / 'sft'}" in summarize and f"b@42={out / 'eval' / 'b-seed42'}" in summarize
+    assert result["summary"] == str(out / "summary" / "summary.md") and result["interaction"] == "c1=a,c2=b"
+
+
 def test_subprocess_runner_logs_and_uses_the_launcher(tmp_path):
     log = tmp_path / "logs" / "x.log"
     assert sweep.subprocess_runner()(["--version"], log) == 0
