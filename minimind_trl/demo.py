@@ -43,12 +43,13 @@ Time. Every stage's wall time goes to ``timings.json``. After pretraining and SF
 the rest from how long this machine took for those two stages against the reference machine
 (:data:`REFERENCE_SECONDS`, 2 idle cores) and prints the projection. It shortens the RL stage to fit
 its budget (:data:`DEFAULT_BUDGET_MIN` minutes unless ``--budget MINUTES``): fewer rollouts per run
-(not below 2), then 2 RL seeds; what it chose is printed and recorded in ``timings.json``
-(``plan``), and ``--resume`` keeps that plan; a resume that asks for another one (another
-``--budget``, ``--full-rl``, ``--seeds``) is refused. A finished RL run is reused only when it ran
-the recipe this call would run (the sweep's rule, ``recipe_sha256``). The full recipe (60
-rollouts, the setting that raised greedy success) takes about 12 minutes per run on 2 cores;
-``--full-rl`` runs it whole.
+(not below 2), then 2 RL seeds, and evaluates each checkpoint on the first
+``budget_eval_questions`` (150) of the 600 test questions; what it chose is printed and recorded
+in ``timings.json`` (``plan``), and ``--resume`` keeps that plan; a resume that asks for another
+one (another ``--budget``, ``--full-rl``, ``--seeds``) is refused. A finished RL run is reused
+only when it ran the recipe this call would run (the sweep's rule, ``recipe_sha256``). The full
+recipe (60 rollouts, the setting that raised greedy success) takes about 12 minutes per run on 2
+cores; ``--full-rl`` runs it whole and evaluates on every test question.
 """
 
 from __future__ import annotations
@@ -90,10 +91,11 @@ TIMINGS_FILE = "timings.json"
 # rollout of recipes/demo/rl.yaml: 24 prompts x 4 trajectories at T=0.7, K=1 update). rl_rollout is an
 # estimate: 11.5 s per rollout measured on this project's 2-core session machine (4.2 s sampling +
 # 7.3 s update), scaled by 0.64, the ratio of the previous recipe's reference figure to its time on
-# that machine; ``eval`` is one checkpoint on the 600 test questions (an estimate: 4 x the 14 s measured
-# on the 150-question split the demo had before).
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 7.4, "eval": 56.0,
-                     "summary": 17.0}
+# that machine; ``eval_question`` is one checkpoint's evaluation per test question, the same way (62 s
+# for 300 questions at batch 50 on that machine, less the ~10 s process start, x 0.64: about 0.15 s,
+# so 90 s for the 600 test questions).
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 7.4,
+                     "eval_question": 0.15, "summary": 17.0}
 DEFAULT_BUDGET_MIN = 30.0
 """The full-size demo's time budget unless ``--budget`` or ``--full-rl`` says otherwise."""
 MIN_BUDGET_ROLLOUTS = 2
@@ -115,11 +117,12 @@ class DemoSize:
     rl_seeds: int  # RL seeds per objective (all from the one SFT start)
     eval_batch_size: int
     rl_prompts: int | None = None  # prompts per rollout (x the group size); None: the recipe's
+    budget_eval_questions: int | None = None  # a budget-fitted demo reads the first N test questions; None: all
 
 
 SIZES = {
     "full": DemoSize(num_tasks=5000, val_size=300, test_size=600, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
-                     sft_epochs=1.0, rl_rollouts=None, rl_seeds=3, eval_batch_size=50),
+                     sft_epochs=1.0, rl_rollouts=None, rl_seeds=3, eval_batch_size=50, budget_eval_questions=150),
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=20, drill_rows=200, pretrain_epochs=1.0, sft_rows=64,
                       sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=20, rl_prompts=4),
 }
@@ -343,10 +346,11 @@ def rl_plan(out: Path, sft: Path, splits: Path, tokenizer: Path, table: dict[str
     return plan
 
 
-def eval_settings(size: DemoSize) -> dict:
-    """The demo's frozen greedy evaluation (the sweep's settings dict): the test split, 96 new
-    tokens per turn, up to 3 tool turns."""
-    return {"split": "test", "limit": None, "batch_size": size.eval_batch_size, "max_new_tokens": 96,
+def eval_settings(size: DemoSize, questions: int | None = None) -> dict:
+    """The demo's frozen greedy evaluation (the sweep's settings dict): the test split (its first
+    ``questions`` when fewer than the whole), 96 new tokens per turn, up to 3 tool turns."""
+    limit = questions if questions is not None and questions < size.test_size else None
+    return {"split": "test", "limit": limit, "batch_size": size.eval_batch_size, "max_new_tokens": 96,
             "max_tool_turns": 3, "device": "auto"}
 
 
@@ -375,10 +379,12 @@ def conditions(ablation: bool) -> dict[str, tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class RLPlan:
-    """What the RL stage runs: rollouts per run and RL seeds per condition."""
+    """What the RL stage runs: rollouts per run, RL seeds per condition and the test questions each
+    checkpoint is evaluated on (the first N of the split)."""
 
     rl_rollouts: int
     rl_seeds: int
+    eval_questions: int = SIZES["full"].test_size
 
 
 def projected_rest_seconds(plan: RLPlan, n_conditions: int, speed_factor: float) -> float:
@@ -388,7 +394,7 @@ def projected_rest_seconds(plan: RLPlan, n_conditions: int, speed_factor: float)
     ref = REFERENCE_SECONDS
     runs = n_conditions * plan.rl_seeds
     rl = runs * (ref["rl_run_overhead"] + plan.rl_rollouts * ref["rl_rollout"])
-    return speed_factor * (rl + (runs + 1) * ref["eval"] + ref["summary"])
+    return speed_factor * (rl + (runs + 1) * plan.eval_questions * ref["eval_question"] + ref["summary"])
 
 
 def fit_plan(wanted: RLPlan, n_conditions: int, speed_factor: float, seconds_left: float) -> RLPlan:
@@ -399,7 +405,7 @@ def fit_plan(wanted: RLPlan, n_conditions: int, speed_factor: float, seconds_lef
     smallest = wanted
     for seeds in seed_options:
         for rollouts in range(wanted.rl_rollouts, min(wanted.rl_rollouts, MIN_BUDGET_ROLLOUTS) - 1, -1):
-            smallest = RLPlan(rollouts, seeds)
+            smallest = RLPlan(rollouts, seeds, wanted.eval_questions)
             if projected_rest_seconds(smallest, n_conditions, speed_factor) <= seconds_left:
                 return smallest
     return smallest
@@ -441,13 +447,18 @@ def _timed(timings: Timings, stage: str, work):
 def _plan_request(wanted: RLPlan, budget_min: float | None) -> str:
     """What a demo call asked of the RL stage, in words (for the resume check)."""
     fitted = f"fitted to --budget {budget_min:g}" if budget_min is not None else "not fitted to a budget"
-    return f"{wanted.rl_rollouts} rollouts x {wanted.rl_seeds} seeds per condition, {fitted}"
+    return (f"{wanted.rl_rollouts} rollouts x {wanted.rl_seeds} seeds per condition, {wanted.eval_questions} test "
+            f"questions, {fitted}")
 
 
 def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditions: int, budget_min: float | None,
              elapsed: float, full_size: bool) -> RLPlan:
     rollouts = rl_recipe().rollouts if size.rl_rollouts is None else size.rl_rollouts
-    wanted = RLPlan(rollouts, size.rl_seeds if num_seeds is None else num_seeds)
+    # A budget-fitted demo evaluates the first budget_eval_questions test questions (600 would take
+    # about 20 of the 30 minutes); --full-rl evaluates them all.
+    questions = size.test_size if budget_min is None else min(size.test_size,
+                                                              size.budget_eval_questions or size.test_size)
+    wanted = RLPlan(rollouts, size.rl_seeds if num_seeds is None else num_seeds, questions)
     if "plan" in timings.data:  # --resume: keep the plan the run started with, if this call asks for the same
         recorded = timings.data["plan"]
         asked_before = (RLPlan(**recorded["wanted"]), recorded.get("budget_min"))
@@ -456,7 +467,8 @@ def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditio
                             f"for {_plan_request(wanted, budget_min)}, and its RL runs would mix two plans: resume "
                             "with the options it started with, or use a new --output-dir")
         kept = RLPlan(**recorded["chosen"])
-        _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition (kept from {timings.path})")
+        _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition, {kept.eval_questions} test "
+             f"questions (kept from {timings.path})")
         return kept
     base = [timings.seconds("pretrain"), timings.seconds("sft")]
     # A resumed demo skipped the stages it had finished: count their recorded seconds, not this
@@ -476,8 +488,9 @@ def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditio
             if plan != wanted:
                 updates = plan.rl_rollouts * rl_recipe().updates_per_rollout
                 _log(f"--budget {budget_min:g} min: {plan.rl_rollouts} rollouts ({updates} updates) x "
-                     f"{plan.rl_seeds} seeds per condition instead of {wanted.rl_rollouts} x {wanted.rl_seeds}; "
-                     f"projected total {fitted / 60:.0f} min")
+                     f"{plan.rl_seeds} seeds per condition instead of {wanted.rl_rollouts} x {wanted.rl_seeds}, "
+                     f"evaluated on the first {plan.eval_questions} of {size.test_size} test questions "
+                     f"(--full-rl: all); projected total {fitted / 60:.0f} min")
             if fitted > budget_min * 60:
                 _log(f"warning: even that is projected to take {fitted / 60:.0f} min, over the "
                      f"{budget_min:g}-minute budget (pretraining and SFT are not shortened); try --quick")
@@ -522,7 +535,7 @@ def _run_stages(out: Path, size: DemoSize, seed: int, resume: bool, num_seeds: i
     rl = rl_plan(out, sft, splits, tokenizer, table, rl_seeds(seed, plan.rl_seeds), plan.rl_rollouts,
                  size.rl_prompts, resume)
     try:
-        failed, outputs = sweep.drive(rl, eval_settings(size), demo_runner(timings),
+        failed, outputs = sweep.drive(rl, eval_settings(size, plan.eval_questions), demo_runner(timings),
                                       interaction=INTERACTION if ablation else None)
     except sweep.SweepError as exc:
         raise DemoError(str(exc)) from None
@@ -556,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{DEFAULT_BUDGET_MIN:g})")
     parser.add_argument("--full-rl", action="store_true",
                         help="run every rollout of recipes/demo/rl.yaml (about 12 min per RL run on 2 cores; "
-                             "about 2.5 hours for the 12 runs) instead of fitting the RL stage into the budget")
+                             "about 2.5 hours for the 12 runs) and evaluate on all 600 test questions, instead of "
+                             "fitting the RL stage into the budget")
     parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
     args = parser.parse_args(argv)
     if args.budget is not None and args.budget <= 0:

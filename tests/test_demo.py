@@ -68,22 +68,24 @@ def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
 
 def test_fit_plan_shortens_rollouts_then_seeds_to_meet_the_budget(monkeypatch):
     monkeypatch.setitem(demo.REFERENCE_SECONDS, "rl_rollout", 8.3)  # the hand-worked figures below
-    monkeypatch.setitem(demo.REFERENCE_SECONDS, "eval", 14.0)
-    wanted = demo.RLPlan(rl_rollouts=6, rl_seeds=3)
+    monkeypatch.setitem(demo.REFERENCE_SECONDS, "eval_question", 0.1)  # 14 s for 140 questions
+    wanted = demo.RLPlan(rl_rollouts=6, rl_seeds=3, eval_questions=140)
     full = demo.projected_rest_seconds(wanted, 4, 1.0)
     # 12 runs x (13 s + 6 rollouts x 8.3 s) + 13 evals x 14 s + 17 s, at the reference speed
     assert full == pytest.approx(952.6)
     assert demo.projected_rest_seconds(wanted, 4, 2.0) == pytest.approx(2 * full)
     assert demo.fit_plan(wanted, 4, 1.0, full) == wanted  # fits: unchanged
-    four = demo.projected_rest_seconds(demo.RLPlan(4, 3), 4, 1.0)
-    assert demo.fit_plan(wanted, 4, 1.0, four + 1) == demo.RLPlan(4, 3)  # the most rollouts that fit
+    four = demo.projected_rest_seconds(demo.RLPlan(4, 3, 140), 4, 1.0)
+    assert demo.fit_plan(wanted, 4, 1.0, four + 1) == demo.RLPlan(4, 3, 140)  # the most rollouts that fit
     # Just under 2 rollouts x 3 seeds (554.2 s): 2 seeds cost 8 x (13 + 8.3 r) + 9 x 14 + 17 = 247 + 66.4 r,
     # so r = 4 (512.6 s) is the most that fits; seeds drop only once 2 rollouts x 3 seeds is over.
-    two_by_three = demo.projected_rest_seconds(demo.RLPlan(2, 3), 4, 1.0)
+    two_by_three = demo.projected_rest_seconds(demo.RLPlan(2, 3, 140), 4, 1.0)
     assert two_by_three == pytest.approx(554.2)
-    assert demo.fit_plan(wanted, 4, 1.0, two_by_three) == demo.RLPlan(2, 3)
-    assert demo.fit_plan(wanted, 4, 1.0, two_by_three - 1) == demo.RLPlan(4, 2)
-    assert demo.fit_plan(wanted, 4, 1.0, 1.0) == demo.RLPlan(2, 2)  # nothing fits: the smallest plan
+    assert demo.fit_plan(wanted, 4, 1.0, two_by_three) == demo.RLPlan(2, 3, 140)
+    assert demo.fit_plan(wanted, 4, 1.0, two_by_three - 1) == demo.RLPlan(4, 2, 140)
+    assert demo.fit_plan(wanted, 4, 1.0, 1.0) == demo.RLPlan(2, 2, 140)  # nothing fits: the smallest plan
+    # Evaluations cost per question: the whole 600-question split adds 13 x 460 x 0.1 s.
+    assert demo.projected_rest_seconds(demo.RLPlan(6, 3, 600), 4, 1.0) == pytest.approx(full + 13 * 46.0)
 
 
 def test_ablation_trains_the_two_cells_and_asks_for_the_interaction(tmp_path, monkeypatch):
@@ -124,7 +126,8 @@ def test_ablation_trains_the_two_cells_and_asks_for_the_interaction(tmp_path, mo
                      "center_fixedL": "dr_grpo"}
     assert settings["split"] == "test" and settings["max_new_tokens"] == 96
     timings = json.loads((out / demo.TIMINGS_FILE).read_text())
-    assert timings["plan"]["chosen"] == {"rl_rollouts": 1, "rl_seeds": 2} and "speed_factor" not in timings["plan"]
+    assert timings["plan"]["chosen"] == {"rl_rollouts": 1, "rl_seeds": 2, "eval_questions": 20}
+    assert "speed_factor" not in timings["plan"] and settings["limit"] is None  # --quick: the whole 20-question split
 
 
 def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_path, capsys):
@@ -133,9 +136,9 @@ def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_p
     timings.record("sft", 2 * demo.REFERENCE_SECONDS["sft"])
     elapsed = 2 * (demo.REFERENCE_SECONDS["pretrain"] + demo.REFERENCE_SECONDS["sft"])
     plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, elapsed, full_size=True)
-    wanted = demo.RLPlan(demo.rl_recipe().rollouts, 3)
+    wanted = demo.RLPlan(demo.rl_recipe().rollouts, 3, demo.SIZES["full"].budget_eval_questions)
     assert plan == demo.fit_plan(wanted, 4, 2.0, 30 * 60 - elapsed)
-    assert plan != wanted
+    assert plan != wanted and plan.eval_questions == 150  # a budget plan reads the first 150 test questions
     saved = json.loads((tmp_path / demo.TIMINGS_FILE).read_text())["plan"]
     assert saved["speed_factor"] == 2.0 and saved["budget_min"] == 30.0
     assert "--budget 30 min" in capsys.readouterr().out
@@ -147,6 +150,22 @@ def test_budget_plan_is_projected_from_pretrain_and_sft_and_kept_on_resume(tmp_p
             demo._plan_rl(demo.Timings(tmp_path), demo.SIZES["full"], seeds, 4, budget, 0.0, full_size=True)
 
 
+def test_the_default_demo_keeps_three_seeds_on_the_reference_machine_and_full_rl_reads_every_question(tmp_path):
+    """Issue 29 item 7: at the reference machine's speed the 30-minute demo keeps 3 RL seeds per
+    objective (fewer rollouts, 150 test questions); --full-rl runs the recipe whole on all 600."""
+    ref = demo.REFERENCE_SECONDS
+    timings = demo.Timings(tmp_path / "budget")
+    timings.record("pretrain", ref["pretrain"])
+    timings.record("sft", ref["sft"])
+    plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, demo.DEFAULT_BUDGET_MIN, ref["pretrain"] + ref["sft"],
+                         full_size=True)
+    assert plan.rl_seeds == 3 and plan.eval_questions == 150 and 2 <= plan.rl_rollouts < demo.rl_recipe().rollouts
+    assert demo.eval_settings(demo.SIZES["full"], plan.eval_questions)["limit"] == 150
+    full = demo._plan_rl(demo.Timings(tmp_path / "full"), demo.SIZES["full"], None, 4, None, 0.0, full_size=True)
+    assert full == demo.RLPlan(demo.rl_recipe().rollouts, 3, 600)
+    assert demo.eval_settings(demo.SIZES["full"], full.eval_questions)["limit"] is None
+
+
 def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
     """Resumed after SFT with --budget and no plan yet: the budget left is 30 min minus the recorded
     pretrain + SFT seconds, not minus this process's (near zero) wall time."""
@@ -155,7 +174,7 @@ def test_a_resumed_budget_counts_the_stages_already_done(tmp_path):
     timings.record("sft", 1.5 * demo.REFERENCE_SECONDS["sft"])
     recorded = 1.5 * (demo.REFERENCE_SECONDS["pretrain"] + demo.REFERENCE_SECONDS["sft"])
     plan = demo._plan_rl(timings, demo.SIZES["full"], None, 4, 30.0, 5.0, full_size=True)
-    wanted = demo.RLPlan(demo.rl_recipe().rollouts, 3)
+    wanted = demo.RLPlan(demo.rl_recipe().rollouts, 3, 150)
     assert plan == demo.fit_plan(wanted, 4, 1.5, 30 * 60 - recorded)
     assert plan != demo.fit_plan(wanted, 4, 1.5, 30 * 60 - 5.0)
 
