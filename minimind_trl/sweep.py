@@ -140,7 +140,6 @@ class Condition:
     seconds: float | None = None
     eval_action: str = ""  # eval | skip | failed | none
     eval_rc: int | None = None
-    eval_seconds: float | None = None
     log: str = ""
 
     @property
@@ -745,10 +744,8 @@ def drive(plan: Plan, settings: dict[str, Any], run: Runner, slots: list[str] | 
 
     def evaluate_run(cond: Condition):
         def job(devices: str | None) -> None:
-            started = time.perf_counter()
             cond.eval_action, cond.eval_rc = evaluate(plan, cond.label, RunFolder(cond.run_dir).final_dir,
                                                       Path(cond.eval_dir), settings, run, devices)
-            cond.eval_seconds = round(time.perf_counter() - started, 1)
             done()
         return job
 
