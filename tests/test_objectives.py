@@ -431,6 +431,30 @@ def test_ratio_exactly_one(name):
     assert m.get("gspo_seq_clip_fraction", 0.0) == 0.0
 
 
+def test_on_policy_grpo_cispo_and_gspo_take_the_same_gradient():
+    """At ratio 1 (K=1, the demo recipe) GRPO, CISPO (seq-mean) and GSPO all reduce to
+    d loss / d logp_bt = -A_b m_bt / (n_b V): the same step; Dr.GRPO (centred A, fixed L) does not."""
+    gen = torch.Generator().manual_seed(3)
+    logp = -torch.rand(6, 7, generator=gen, dtype=torch.float64) * 3  # (B, T)
+    mask = (torch.rand(6, 7, generator=gen) > 0.3).long()
+    mask[4] = 0  # an empty row: left out of V
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 1.0], dtype=torch.float64)  # 3 groups of 2
+    grads = {}
+    for name in ("grpo", "cispo", "gspo", "dr_grpo"):
+        cfg = ObjectiveConfig.preset(name)
+        logps = logp.clone().requires_grad_()
+        adv = compute_advantages(rewards, 2, cfg.advantage)
+        compute_policy_loss(PolicyBatch(logps, logp.clone(), adv, mask), cfg).loss.backward()
+        grads[name] = logps.grad
+    adv = compute_advantages(rewards, 2, "zscore").tolist()
+    n = mask.sum(1).tolist()
+    V = sum(1 for k in n if k)
+    expected = [[-adv[b] * mask[b, t].item() / (n[b] * V) if n[b] else 0.0 for t in range(7)] for b in range(6)]
+    for name in ("grpo", "cispo", "gspo"):
+        torch.testing.assert_close(grads[name], torch.tensor(expected, dtype=torch.float64), rtol=1e-12, atol=1e-15)
+    assert not torch.allclose(grads["dr_grpo"], grads["grpo"])
+
+
 def test_kl_old_is_the_k3_token_mean_over_action_tokens():
     """kl_old = sum_t m_t (r_t - 1 - log r_t) / sum_t m_t, hand-worked; masked garbage is ignored."""
     old = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -3.0, -9.0]], dtype=torch.float64)
