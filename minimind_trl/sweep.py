@@ -185,6 +185,16 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def _gpu_slots(text: str) -> list[str]:
     """``--gpus``: comma-separated ids are one-GPU slots; ``:`` separates multi-GPU slots."""
     groups = text.split(":") if ":" in text else text.split(",")
@@ -237,6 +247,48 @@ def in_slots(jobs: list[Callable[[str | None], Any]], slots: list[str] | None) -
     pool.shutdown(wait=True)
 
 
+CPU_SLOT = "cpu:"  # a --jobs slot: "cpu:0", "cpu:1", ... (one job, its share of the cores)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not on Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def cpu_slots(jobs: int, cores: int | None = None) -> list[str]:
+    """``--jobs N``: N CPU slots, each job with ``cores // N`` threads (at least 1)."""
+    cores = usable_cores() if cores is None else cores
+    threads = max(cores // jobs, 1)
+    return [f"{CPU_SLOT}{i}:{threads}" for i in range(jobs)]
+
+
+def slot_threads(slot: str) -> int | None:
+    """The thread count of a ``--jobs`` slot (None for a GPU slot)."""
+    return int(slot.rsplit(":", 1)[1]) if slot.startswith(CPU_SLOT) else None
+
+
+def slot_env(slot: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child on ``slot``. A CPU slot (``--jobs``) sets the thread count of
+    every math library (OpenMP, MKL, OpenBLAS), so side-by-side jobs do not oversubscribe the
+    cores; a GPU slot (``--gpus``) shows the child only its GPUs (:func:`visible_devices`). Both give
+    each slot a rendezvous port of its own (:func:`slot_port`)."""
+    env = dict(os.environ if base is None else base)
+    threads = slot_threads(slot)
+    if threads is not None:
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices(slot)
+    port = str(slot_port(slot))
+    env["MASTER_PORT"] = env["PET_MASTER_PORT"] = port
+    return env
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
 def visible_devices(slot: str, parent: str | None = None) -> str:
     """``CUDA_VISIBLE_DEVICES`` for a child on ``slot`` (ids as ``--gpus`` gives them): ids index
     the GPUs this process sees, so under a scheduler that set ``CUDA_VISIBLE_DEVICES=4,5`` slot
@@ -253,7 +305,10 @@ def visible_devices(slot: str, parent: str | None = None) -> str:
 
 def slot_port(slot: str) -> int:
     """A rendezvous port of its own for each slot: 29500 + 1 + the slot's first GPU id (slots share
-    no id). ``{port}`` in ``--launcher`` is replaced by it; torchrun reads ``PET_MASTER_PORT``."""
+    no id), 29701 + i for CPU slot i. ``{port}`` in ``--launcher`` is replaced by it; torchrun reads
+    ``PET_MASTER_PORT``."""
+    if slot.startswith(CPU_SLOT):
+        return 29701 + int(slot[len(CPU_SLOT):].split(":")[0])
     return 29501 + int(slot.split(",")[0])
 
 
@@ -287,6 +342,10 @@ def _parser() -> argparse.ArgumentParser:
                              'one-GPU slots, "0,1:2,3" two two-GPU slots (with --launcher for several processes '
                              "per condition; {port} in it becomes the slot's own rendezvous port); each child sees "
                              "only its slot (CUDA_VISIBLE_DEVICES). Default: one after another")
+    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                        help="run N conditions (and evaluations) side by side on the CPU, each child with "
+                             "cores // N threads (OMP_NUM_THREADS) and its own log; a failed job starts no new one. "
+                             "Default: one after another with every core")
     parser.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate only the first N questions")
     parser.add_argument("--eval-batch-size", type=int, default=16)
@@ -444,10 +503,8 @@ def subprocess_runner(launcher: str | None = None) -> Runner:
         prefix = launcher if args and args[0] == "train" else None
         env = None
         if devices is not None:
-            port = str(slot_port(devices))  # side-by-side launchers must not share a rendezvous port
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_devices(devices), "MASTER_PORT": port,
-                   "PET_MASTER_PORT": port}
-            prefix = prefix.replace("{port}", port) if prefix else prefix
+            env = slot_env(devices)  # side-by-side launchers must not share a rendezvous port
+            prefix = prefix.replace("{port}", env["MASTER_PORT"]) if prefix else prefix
         return run_cli(args, log, launcher=prefix, env=env)
 
     return run
@@ -689,6 +746,8 @@ def write_record(plan: Plan, argv: list[str], started: str, extra: dict[str, Any
 
 def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
     started = _now()
+    if args.jobs is not None and args.gpus:
+        raise SweepError("--jobs and --gpus exclude each other: --gpus already runs one job per GPU slot")
     if args.gpus:
         if args.eval_device.startswith("cuda:"):
             raise SweepError(f"--eval-device {args.eval_device} with --gpus: each child sees only its slot's GPUs; "
@@ -712,7 +771,8 @@ def _run_plan(plan, settings, args: argparse.Namespace, argv: list[str], started
         with record_lock:  # jobs finish in other threads with --gpus
             write_record(plan, argv, started, {})
 
-    failed, outputs = drive(plan, settings, run, args.gpus, after_job=save_record, n_resamples=args.n_resamples)
+    slots = args.gpus or (cpu_slots(args.jobs) if args.jobs else None)
+    failed, outputs = drive(plan, settings, run, slots, after_job=save_record, n_resamples=args.n_resamples)
     record = write_record(plan, argv, started, {"baseline_eval": plan.baseline_eval, **outputs})
     _say(f"record: {record}")
     return 1 if failed else 0

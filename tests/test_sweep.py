@@ -336,3 +336,56 @@ def test_a_sweep_with_gpus_gives_every_command_a_slot(setup, tmp_path):
     evals = [d for c, d in devices if c == "eval"]
     assert len(trains) == 2 and len(evals) == 3 and set(trains + evals) <= {"0", "1"}
     assert [c for c, d in devices if d is None] == ["summarize", "plot"]  # no GPU for the CPU steps
+
+
+def test_cpu_slots_share_the_cores_and_set_every_thread_variable(tmp_path):
+    assert sweep.cpu_slots(2, cores=2) == ["cpu:0:1", "cpu:1:1"]
+    assert sweep.cpu_slots(1, cores=2) == ["cpu:0:2"]
+    assert sweep.cpu_slots(3, cores=2) == ["cpu:0:1", "cpu:1:1", "cpu:2:1"]  # never below one thread
+    env = sweep.slot_env("cpu:1:1", base={"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0"})
+    assert {k: env[k] for k in sweep.THREAD_VARIABLES} == dict.fromkeys(sweep.THREAD_VARIABLES, "1")
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["MASTER_PORT"] == env["PET_MASTER_PORT"] == "29702"
+    assert sweep.slot_threads("0,1") is None and "OMP_NUM_THREADS" not in sweep.slot_env("0,1", base={})
+    log = tmp_path / "threads.log"
+    code = "import torch; print('threads:', torch.get_num_threads())"
+    assert sweep.subprocess_runner(f'{sys.executable} -c "{code}"')(["train"], log, devices="cpu:0:1") == 0
+    assert "threads: 1" in log.read_text()
+
+
+def test_jobs_and_gpus_exclude_each_other(setup, tmp_path, capsys):
+    assert sweep.main(_argv(setup, tmp_path / "out", "--jobs", "2", "--gpus", "0"), runner=Recorder()) == 2
+    assert "--jobs and --gpus exclude each other" in capsys.readouterr().err
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit):
+            sweep.main(_argv(setup, tmp_path / "out", "--jobs", bad), runner=Recorder())
+
+
+_TIMING_KEYS = ("_seconds", "_per_second")
+
+
+def _without_timings(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.endswith(_TIMING_KEYS)} for row in rows]
+
+
+def test_jobs_side_by_side_equal_sequential_one_thread_runs(setup, tmp_path, monkeypatch):
+    """``--jobs 2`` on 2 cores: two children at once, one thread each; every run's metrics (but
+    timings), final weights and evaluation records equal those of a sequential one-thread sweep."""
+    monkeypatch.setattr(sweep, "usable_cores", lambda: 2)
+    side_by_side = tmp_path / "jobs2"
+    assert sweep.main(_argv(setup, side_by_side, "--jobs", "2", "--seeds", "42,43", "--conditions", "grpo")) == 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    sequential = tmp_path / "sequential"
+    assert sweep.main(_argv(setup, sequential, "--seeds", "42,43", "--conditions", "grpo")) == 0
+    for name in ("grpo-seed42", "grpo-seed43"):
+        runs = [out / "runs" / "tiny_protocol" / name for out in (side_by_side, sequential)]
+        manifests = [json.loads((run / "manifest.json").read_text()) for run in runs]
+        assert [m["torch_threads"] for m in manifests] == [1, 1]
+        assert _without_timings(read_metrics(runs[0] / "metrics.jsonl")) == \
+            _without_timings(read_metrics(runs[1] / "metrics.jsonl"))
+        assert (runs[0] / "final" / "model.safetensors").read_bytes() == \
+            (runs[1] / "final" / "model.safetensors").read_bytes()
+    for name in ("sft", "grpo-seed42", "grpo-seed43"):
+        records = [(out / "eval" / "tiny_protocol" / name / "records.jsonl").read_text()
+                   for out in (side_by_side, sequential)]
+        assert records[0] == records[1]

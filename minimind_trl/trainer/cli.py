@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import set_seed
@@ -25,6 +26,7 @@ from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.trainer import build, run
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.kinds import get_kind, kind_names
+from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256
 from minimind_trl.trainer.recipe_schema import recipe_key
 from minimind_trl.trainer.run import RunFolderError
@@ -70,6 +72,8 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
     its folder empty. Resuming a completed run does nothing and says so."""
     config = build.training_config(recipe, run_dir)  # sets up the process group first
     state = PartialState()
+    if state.is_main_process:
+        print(f"minimind-trl train: {training_arguments(recipe)[1].log_line()}", flush=True)
     _on_main(state, lambda: lock_folder(run_dir, "minimind-trl train"))
     try:
         return _train_locked(recipe, config, run_dir, resume, command, state)
@@ -125,7 +129,9 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
         "recipe": recipe,
         "recipe_sha256": recipe_sha256(recipe),
         "training_args": json.loads(trainer.args.to_json_string()),
+        "precision": training_arguments(recipe)[1].as_dict(),
         "objective": get_kind(recipe["kind"]).manifest_objective(trainer.args),
+        "replay": get_kind(recipe["kind"]).manifest_replay(trainer.args),
         "versions": run.package_versions(),
         "git": run.git_state(),
         "data": data_info,
@@ -134,6 +140,7 @@ def _start(recipe: dict, config, run_dir: str, state, command: list[str]):
                       "sha256": sha256_file((tokenizer_dir or DEFAULT_TOKENIZER_DIR) / "tokenizer.json")},
         "seed": recipe["seed"],
         "world_size": state.num_processes,
+        "torch_threads": torch.get_num_threads(),  # float reductions, hence results, depend on it
     }
     return trainer, manifest
 

@@ -34,6 +34,7 @@ from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from minimind_trl.modeling import PRESETS as MODEL_PRESETS, get_preset
 from minimind_trl.trainer.kinds import TrainingKind, get_kind, registered_kinds
+from minimind_trl.trainer.precision import AUTO as AUTO_PRECISION
 from minimind_trl.trainer.recipe_schema import (
     BOOLEAN,
     MODEL_DTYPES,
@@ -76,12 +77,14 @@ VALUES = {
 # TrainingArguments fields that transformers does not range-check (every kind).
 TRAINING_VALUES = {
     "per_device_train_batch_size": int_at_least(1), "per_device_eval_batch_size": int_at_least(1),
-    "gradient_accumulation_steps": int_at_least(1), "num_iterations": int_at_least(1),
+    "gradient_accumulation_steps": int_at_least(1), "num_iterations": int_at_least(1), "minibatches": int_at_least(1),
     "max_steps": (lambda v: type(v) is int and (v == -1 or v >= 1), "an int >= 1, or -1 (use num_train_epochs)"),
     "num_train_epochs": number(0, above=True), "learning_rate": number(0),
     "save_steps": number(0, above=True), "eval_steps": number(0, above=True, null=True),
     "save_total_limit": int_at_least(1, null=True), "warmup_steps": number(0),
     **{key: STRING for key in ("save_strategy", "eval_strategy", "logging_strategy", "lr_scheduler_type")},
+    # true, false or auto (the default when unset): minimind_trl.trainer.precision
+    "bf16": (lambda v: v is True or v is False or v == AUTO_PRECISION, "true, false or auto"),
 }
 # lr_scheduler_type values whose schedule has no warmup: transformers' get_scheduler does not pass
 # num_warmup_steps to them, so a `training.warmup_steps` > 0 would be silently ignored. Value: the

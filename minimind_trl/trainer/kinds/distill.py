@@ -15,6 +15,7 @@ from minimind_trl.trainer.kinds.registry import (
     log_history_callback,
     register_kind,
 )
+from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe_schema import (
     MODEL_DTYPES,
     NAME,
@@ -33,7 +34,7 @@ def distill_config(recipe: dict, run_dir: str) -> DistillationConfig:
     return DistillationConfig(
         output_dir=run_dir, seed=recipe["seed"], beta=distill["beta"],
         max_completion_length=distill["max_completion_length"], temperature=distill["temperature"],
-        max_tool_calling_iterations=distill["max_tool_turns"] or None, **recipe["training"],
+        max_tool_calling_iterations=distill["max_tool_turns"] or None, **training_arguments(recipe)[0],
     )
 
 

@@ -12,6 +12,7 @@ from minimind_trl.trainer.kinds.registry import (
     peft_config,
     register_kind,
 )
+from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe_schema import (
     RecipeError,
     int_at_least,
@@ -23,7 +24,7 @@ def dpo_config(recipe: dict, run_dir: str) -> DPOConfig:
     """The ``trl.DPOConfig`` of a recipe (``dpo.max_length``, ``dpo.beta``; the rest from ``training``)."""
     dpo = recipe["dpo"]
     return DPOConfig(output_dir=run_dir, seed=recipe["seed"], max_length=dpo["max_length"], beta=dpo["beta"],
-                     **recipe["training"])
+                     **training_arguments(recipe)[0])
 
 
 def _prompt_and_answer(prompt: list[dict], full: list[dict], tokenizer, tools) -> str:

@@ -24,6 +24,7 @@ from minimind_trl.trainer.kinds.registry import (
     peft_config,
     register_kind,
 )
+from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe_schema import (
     BOOLEAN,
     MAPPING,
@@ -78,7 +79,7 @@ GRPO_VALUES = {
 GRPO_OWNED_TRAINING_KEYS = {
     "num_generations": "rollout.group_size",
     "generation_batch_size": "rollout.prompts_per_rollout",
-    "steps_per_generation": "training.gradient_accumulation_steps (they are equal)",
+    "steps_per_generation": "training.gradient_accumulation_steps x training.minibatches",
     "max_completion_length": "rollout.max_completion_length",
     "temperature": "rollout.temperature",
     "top_p": "rollout.top_p",
@@ -157,17 +158,19 @@ def check_grpo_plugins(recipe: dict) -> None:
 
 def grpo_config(recipe: dict, run_dir: str, processes: int) -> MiniMindGRPOConfig:
     """The :class:`MiniMindGRPOConfig` of a recipe (rollout and objective sections mapped to fields)."""
-    rollout, objective, training = recipe["rollout"], recipe["objective"], dict(recipe["training"])
+    rollout, objective = recipe["rollout"], recipe["objective"]
+    training, _ = training_arguments(recipe)
     group = rollout["group_size"]
     accumulation = training.get("gradient_accumulation_steps", 1)
+    minibatches = training.get("minibatches", 1)
     per_device = training.get("per_device_train_batch_size")
     prompts = rollout["prompts_per_rollout"]
     if prompts is not None:
-        rows, slots = prompts * group, processes * accumulation
+        rows, slots = prompts * group, processes * accumulation * minibatches
         if rows % slots:
             raise RecipeError(
                 f"recipe: rollout.prompts_per_rollout x group_size = {rows} completions do not split over "
-                f"{processes} process(es) x {accumulation} accumulation steps"
+                f"{processes} process(es) x {accumulation} accumulation steps x {minibatches} minibatches"
             )
         if per_device is not None and per_device != rows // slots:
             raise RecipeError(
@@ -176,7 +179,7 @@ def grpo_config(recipe: dict, run_dir: str, processes: int) -> MiniMindGRPOConfi
             )
         training["per_device_train_batch_size"] = rows // slots
     else:
-        rows = training.get("per_device_train_batch_size", 8) * processes * accumulation  # 8: TRL's default
+        rows = training.get("per_device_train_batch_size", 8) * processes * accumulation * minibatches  # 8: TRL's
         if rows % group:
             raise RecipeError(
                 f"recipe: rollout.group_size={group} does not divide the rollout: per_device_train_batch_size x "
@@ -242,6 +245,7 @@ GRPO = register_kind(TrainingKind(
     make_trainer=build_grpo_trainer, sections=GRPO_SECTIONS, values=GRPO_VALUES,
     owned_training_keys=GRPO_OWNED_TRAINING_KEYS, top_level=("rewards",), check=_check_grpo, takes_peft=True,
     takes_eval_split=True, check_plugins=check_grpo_plugins, manifest_objective=lambda config: config.objective_dict(),
+    manifest_replay=lambda config: config.replay_dict(),
 ))
 
 

@@ -64,6 +64,8 @@ class TrainingKind:
     check_plugins: Callable[[dict], None] = _nothing
     # what the run manifest records as `objective`, from the built training config
     manifest_objective: Callable[[Any], dict | None] = _nothing
+    # what the run manifest records as `replay` (passes, minibatches, updates per rollout), or None
+    manifest_replay: Callable[[Any], dict | None] = _nothing
     # the model the recipe's `model` section builds: "causal_lm" or "sequence_classification" (one
     # label: a reward model)
     model_head: str = "causal_lm"

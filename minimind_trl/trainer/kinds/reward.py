@@ -30,6 +30,7 @@ from minimind_trl.data.formats import row_tool_calls
 from minimind_trl.data.gold import final_answer
 from minimind_trl.rewards.reward_model import prompt_question, render_for_reward_model
 from minimind_trl.trainer.kinds.registry import TrainingKind, log_history_callback, register_kind
+from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe_schema import RecipeError, int_at_least
 
 _SCALES = (0.5, 0.9, 1.1, 1.5, 2.0)
@@ -101,7 +102,7 @@ def reward_dataset(rows: list[dict], tokenizer, max_length: int, pairs_per_quest
 def reward_config(recipe: dict, run_dir: str) -> RewardConfig:
     """The ``trl.RewardConfig`` of a recipe (``reward.max_length``; the rest from ``training``)."""
     return RewardConfig(output_dir=run_dir, seed=recipe["seed"], max_length=recipe["reward"]["max_length"],
-                        **recipe["training"])
+                        **training_arguments(recipe)[0])
 
 
 def _reward_data(recipe: dict, rows: list[dict], tokenizer) -> Dataset:

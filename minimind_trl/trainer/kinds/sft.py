@@ -13,6 +13,7 @@ from minimind_trl.trainer.kinds.registry import (
     peft_config,
     register_kind,
 )
+from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe_schema import (
     BOOLEAN,
     RecipeError,
@@ -25,7 +26,7 @@ from minimind_trl.trainer.sft import MODES as SFT_MODES, MiniMindSFTTrainer, bui
 def sft_config(recipe: dict, run_dir: str) -> SFTConfig:
     """The ``trl.SFTConfig`` of a recipe; our tokenisation builds the assistant mask itself."""
     return SFTConfig(output_dir=run_dir, seed=recipe["seed"], max_length=recipe["sft"]["max_length"],
-                     assistant_only_loss=False, completion_only_loss=False, **recipe["training"])
+                     assistant_only_loss=False, completion_only_loss=False, **training_arguments(recipe)[0])
 
 
 def sft_dataset(rows: list[dict], tokenizer, max_length: int, mode: str = "sft", pack: bool = False) -> Dataset:
