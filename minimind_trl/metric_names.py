@@ -22,12 +22,14 @@ from dataclasses import dataclass
 
 STEP = "step"
 ROLLOUT = "rollout"
-UPDATE = "update"  # 0..K-1: the replay update within its rollout
+UPDATE = "update"  # k = 0..K-1: the replay update within its rollout (K = passes x minibatches)
+REPLAY_PASS = "replay_pass"  # e = k // M: the pass over the rollout (0..E-1)
+REPLAY_MINIBATCH = "replay_minibatch"  # m = k % M: the minibatch of the rollout (0..M-1)
 EPOCH = "epoch"  # written by TRL's logs (SFT/DPO histories), never by the GRPO recorder
 LEARNING_RATE = "learning_rate"
 LR = "lr"  # other loggers' name for the learning rate (plots draw both)
 
-INDEX_KEYS = frozenset({STEP, ROLLOUT, UPDATE, EPOCH})
+INDEX_KEYS = frozenset({STEP, ROLLOUT, UPDATE, REPLAY_PASS, REPLAY_MINIBATCH, EPOCH})
 """Keys that locate a record; plots never draw them as curves."""
 
 # ------------------------------------------------------------------ the update (per optimizer step)
@@ -45,6 +47,19 @@ RATIO_MEAN = "ratio_mean"
 RATIO_MAX = "ratio_max"
 MAX_ABS_LOG_RATIO = "max_abs_log_ratio"
 KL_OLD = "kl_old"  # KL(pi_old || pi) over action tokens (k3 token mean): how far the update moved the policy
+KL_NEW_OLD = "kl_new_old"  # KL(pi || pi_old) on the rollout's tokens: mean of r log r - r + 1
+RATIO_STD = "ratio_std"  # standard deviation of the token ratio r over action tokens
+RATIO_ESS = "ratio_ess"  # normalised effective sample size of the token weights r: (sum r)^2 / (n sum r^2)
+SEQ_RATIO_MIN = "seq_ratio_min"  # sequence ratio s = exp(mean_t log r_t) over rows with action tokens
+SEQ_RATIO_MEAN = "seq_ratio_mean"
+SEQ_RATIO_MAX = "seq_ratio_max"
+SEQ_RATIO_STD = "seq_ratio_std"
+SEQ_RATIO_ESS = "seq_ratio_ess"  # (sum s)^2 / (rows sum s^2)
+RATIO_SQ_MEAN = "ratio_sq_mean"  # mean r^2 (tokens), SEQ_RATIO_SQ_MEAN mean s^2 (rows): the exact step-wide
+SEQ_RATIO_SQ_MEAN = "seq_ratio_sq_mean"  # std and ESS come from them; the trainer does not write them
+MOMENT_KEYS = {RATIO_SQ_MEAN: (RATIO_MEAN, RATIO_STD, RATIO_ESS),
+               SEQ_RATIO_SQ_MEAN: (SEQ_RATIO_MEAN, SEQ_RATIO_STD, SEQ_RATIO_ESS)}
+"""second-moment key -> (its mean key, the std key and the ESS key derived from the two)."""
 CLIP_FRACTION = "clip_fraction"
 CLIP_FRACTION_LOW = "clip_fraction_low"
 CLIP_FRACTION_HIGH = "clip_fraction_high"
@@ -58,10 +73,8 @@ NONFINITE_LOSS = "nonfinite_loss"
 """Step-accumulator flag (max over micro-batches and processes) the trainer pops before writing."""
 
 # Objective-specific metrics (minimind_trl.objectives' built-in policies).
-CISPO_TRUNCATION_FRACTION = "cispo_truncation_fraction"
-SEQ_RATIO_MIN = "seq_ratio_min"
-SEQ_RATIO_MEAN = "seq_ratio_mean"
-SEQ_RATIO_MAX = "seq_ratio_max"
+CISPO_TRUNCATION_FRACTION = "cispo_truncation_fraction"  # share of action tokens whose weight hit the cap
+CISPO_WEIGHT_MAX = "cispo_weight_max"  # the largest importance weight min(r, cispo_max)
 GSPO_SEQ_CLIP_FRACTION = "gspo_seq_clip_fraction"
 GSPO_SEQ_CLIP_FRACTION_LOW = "gspo_seq_clip_fraction_low"
 GSPO_SEQ_CLIP_FRACTION_HIGH = "gspo_seq_clip_fraction_high"
@@ -73,12 +86,13 @@ their valid rows (every other mean is weighted by action tokens)."""
 OBJECTIVE_KEYS = (
     LOSS, POLICY_LOSS, KL, RATIO_MIN, RATIO_MEAN, RATIO_MAX, MAX_ABS_LOG_RATIO, KL_OLD,
     CLIP_FRACTION_LOW, CLIP_FRACTION_HIGH, CLIP_FRACTION, NUM_ACTION_TOKENS, NUM_VALID_ROWS,
+    RATIO_STD, RATIO_ESS, RATIO_SQ_MEAN, KL_NEW_OLD,
+    SEQ_RATIO_MIN, SEQ_RATIO_MEAN, SEQ_RATIO_MAX, SEQ_RATIO_STD, SEQ_RATIO_ESS, SEQ_RATIO_SQ_MEAN,
 )
 """Metrics :func:`minimind_trl.objectives.compute_policy_loss` returns for every policy, in order."""
 
 POLICY_METRIC_KEYS = (
-    CISPO_TRUNCATION_FRACTION,
-    SEQ_RATIO_MIN, SEQ_RATIO_MEAN, SEQ_RATIO_MAX,
+    CISPO_TRUNCATION_FRACTION, CISPO_WEIGHT_MAX,
     GSPO_SEQ_CLIP_FRACTION_LOW, GSPO_SEQ_CLIP_FRACTION_HIGH, GSPO_SEQ_CLIP_FRACTION,
 )
 """Extra metrics of the built-in policies (``cispo``, ``gspo``)."""
@@ -189,10 +203,11 @@ def router_count_layer(key: str) -> int:
 
 GRPO_RECORD_KEYS = (
     # position
-    STEP, ROLLOUT, UPDATE, LEARNING_RATE,
+    STEP, ROLLOUT, UPDATE, REPLAY_PASS, REPLAY_MINIBATCH, LEARNING_RATE,
     # the update
     LOSS, POLICY_LOSS, KL, GRAD_NORM, ENTROPY, NUM_ACTION_TOKENS,
-    RATIO_MIN, RATIO_MEAN, RATIO_MAX, MAX_ABS_LOG_RATIO, KL_OLD,
+    RATIO_MIN, RATIO_MEAN, RATIO_MAX, RATIO_STD, RATIO_ESS, MAX_ABS_LOG_RATIO, KL_OLD, KL_NEW_OLD,
+    SEQ_RATIO_MIN, SEQ_RATIO_MEAN, SEQ_RATIO_MAX, SEQ_RATIO_STD, SEQ_RATIO_ESS,
     CLIP_FRACTION, CLIP_FRACTION_LOW, CLIP_FRACTION_HIGH,
     # the rollout it trained on
     REWARD_MEAN, REWARD_STD, ZERO_STD_GROUP_FRACTION,
@@ -281,3 +296,11 @@ TRAINING_FIGURES: tuple[FigureGroup, ...] = (*POLICY_FIGURES, *ROUTER_FIGURES, L
 BY_UPDATE_PATTERN = re.compile(rf"^(?:{_any(RATIO_MEAN, RATIO_MIN, RATIO_MAX)})$|^{re.escape(CLIP_FRACTION)}")
 """Keys of ``by_update.png`` (mean per replay update index): ratio keys left, clip fractions right."""
 BY_UPDATE_RATIO_PREFIX = "ratio"  # keys drawn on the left panel of by_update.png
+
+REPLAY_FIGURE_KEYS = (
+    CLIP_FRACTION_LOW, CLIP_FRACTION_HIGH, GSPO_SEQ_CLIP_FRACTION, CISPO_TRUNCATION_FRACTION, CISPO_WEIGHT_MAX,
+    RATIO_STD, RATIO_ESS, SEQ_RATIO_STD, KL_NEW_OLD, ENTROPY,
+)
+"""Panels of ``replay.png``: each key against the rollout index, one line per replay update k
+(drawn for runs with K > 1). Length and tool calls are the rollout's (the same for every k): see
+``completion_length.png`` and ``tool_calls.png``."""

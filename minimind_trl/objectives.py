@@ -83,6 +83,7 @@ __all__ = [
     "k3_kl",
     "kl_token_mean",
     "log_ratio",
+    "moment_figures",
     "reduce_loss",
     "register_policy_loss",
 ]
@@ -466,15 +467,17 @@ def cispo_policy_loss(
         d l_t / d logp_t = -w_t A
 
     The weight carries no gradient anyway, so the log-ratio clamp only keeps it finite (an old
-    log-prob of ``-inf`` gives the weight ``cispo_max``). Diagnostic ``cispo_truncation_fraction``:
-    share of action tokens with ``r_t > cispo_max``.
+    log-prob of ``-inf`` gives the weight ``cispo_max``). Diagnostics: ``cispo_truncation_fraction``,
+    the share of action tokens with ``r_t > cispo_max`` (their weight sits at the cap), and
+    ``cispo_weight_max``, the largest weight ``max_t w_t`` (1 with no action token).
     Args: logps, old_logps, mask ``[B, T]``; advantages ``[B]``. Returns per-token values ``[B, T]``.
     """
     ratio = torch.exp(log_ratio(logps.detach(), old_logps))  # [B, T], no gradient
     weight = torch.clamp(ratio, max=config.cispo_max)
     per_token = -weight * advantages.unsqueeze(1) * logps
     truncated = (ratio > config.cispo_max) & mask
-    metrics = {names.CISPO_TRUNCATION_FRACTION: _fraction(truncated, mask)}
+    metrics = {names.CISPO_TRUNCATION_FRACTION: _fraction(truncated, mask),
+               names.CISPO_WEIGHT_MAX: _masked_max(weight, mask, default=1.0)}
     return PolicyTerm(per_token, metrics)
 
 
@@ -492,8 +495,9 @@ def gspo_policy_loss(
 
     The gradient flows through ``s`` into every action token's ``logp`` (sequence-level
     weighting, not a per-token ratio). A row without action tokens gets ``s = 1``; the
-    ``"sequence"`` reduction leaves it out. Diagnostics over rows with action tokens:
-    ``seq_ratio_min/mean/max`` and sign-aware ``gspo_seq_clip_fraction[_low|_high]``.
+    ``"sequence"`` reduction leaves it out. Diagnostics over rows with action tokens: the
+    sign-aware ``gspo_seq_clip_fraction[_low|_high]`` (the sequence ratio's statistics,
+    ``seq_ratio_*``, are common to every policy: :func:`compute_policy_loss`).
     Args: logps, old_logps, mask ``[B, T]``; advantages ``[B]``. Returns per-sequence values ``[B]``.
     """
     counts = mask.sum(dim=1)  # [B]
@@ -508,9 +512,6 @@ def gspo_policy_loss(
     low = (s < 1.0 - config.epsilon_low) & (advantages < 0) & valid
     high = (s > 1.0 + config.epsilon_high) & (advantages > 0) & valid
     metrics = {
-        names.SEQ_RATIO_MIN: _masked_min(s, valid, default=1.0),
-        names.SEQ_RATIO_MEAN: _masked_mean(s, valid, default=1.0),
-        names.SEQ_RATIO_MAX: _masked_max(s, valid, default=1.0),
         names.GSPO_SEQ_CLIP_FRACTION_LOW: _fraction(low, valid),
         names.GSPO_SEQ_CLIP_FRACTION_HIGH: _fraction(high, valid),
         names.GSPO_SEQ_CLIP_FRACTION: _fraction(low | high, valid),
@@ -603,6 +604,24 @@ def kl_token_mean(
 # --------------------------------------------------------------------------------------------
 
 
+def moment_figures(metrics: dict[str, float]) -> dict[str, float]:
+    """Standard deviation and normalised effective sample size of the importance weights, from
+    their first and second moments (``ratio_mean`` / ``ratio_sq_mean`` over action tokens,
+    ``seq_ratio_mean`` / ``seq_ratio_sq_mean`` over rows)::
+
+        std = sqrt(max(E[w^2] - E[w]^2, 0))
+        ESS = E[w]^2 / E[w^2] = (sum_i w_i)^2 / (n sum_i w_i^2)      in (0, 1]; 1 iff all w_i are equal
+
+    (Kong 1992's effective sample size over ``n``). Computed from moments, so the trainer can pool
+    micro-batches exactly: it averages the moments over the step, then calls this again."""
+    out = {}
+    for sq_key, (mean_key, std_key, ess_key) in names.MOMENT_KEYS.items():
+        mean, sq = metrics[mean_key], metrics[sq_key]
+        out[std_key] = math.sqrt(max(sq - mean * mean, 0.0))
+        out[ess_key] = min(mean * mean / sq, 1.0) if sq > 0 else 1.0
+    return out
+
+
 def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutput:
     """Policy loss plus optional reference KL, with diagnostics.
 
@@ -629,9 +648,17 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         sign-aware like TRL, i.e. the tokens whose gradient the token clip removes. The same
         definition is used for every policy, so for ``"cispo"`` and ``"gspo"`` these are a
         diagnostic of how far tokens moved, not what those losses clip;
-        ``num_action_tokens``, ``num_valid_rows`` (rows with at least one action token).
-    Plus the policy's own metrics: ``cispo_truncation_fraction`` for ``"cispo"``;
-    ``seq_ratio_min/mean/max`` and ``gspo_seq_clip_fraction[_low|_high]`` for ``"gspo"``.
+        ``num_action_tokens``, ``num_valid_rows`` (rows with at least one action token);
+        ``ratio_std`` and ``ratio_ess`` (:func:`moment_figures` of ``r_t`` over action tokens;
+        ``ratio_sq_mean`` is the second moment they come from);
+        ``kl_new_old``: KL(pi || pi_old) estimated on the rollout's tokens (drawn from pi_old),
+        ``sum_t m_t (r_t log r_t - r_t + 1) / sum_t m_t`` (>= 0, exactly 0 on update 0; unbiased
+        since E_old[r log r] = KL(pi || pi_old) and E_old[r - 1] = 0);
+        ``seq_ratio_min/mean/max/std/ess`` (and ``seq_ratio_sq_mean``): the sequence ratio
+        ``s = exp(sum_t m_t log r_t / sum_t m_t)`` over rows with action tokens, for every policy
+        (GSPO's ratio; for the others, how far whole trajectories moved).
+    Plus the policy's own metrics: ``cispo_truncation_fraction`` and ``cispo_weight_max`` for
+    ``"cispo"``; ``gspo_seq_clip_fraction[_low|_high]`` for ``"gspo"``.
     With no action token, ratio statistics are 1 and fractions 0.
     """
     if not isinstance(batch, PolicyBatch):
@@ -679,23 +706,35 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         low = (ratio < 1.0 - config.epsilon_low) & (adv < 0) & m
         high = (ratio > 1.0 + config.epsilon_high) & (adv > 0) & m
         counts = m.sum(dim=1)  # (B,)
+        valid = counts > 0  # (B,)
+        seq_log_ratio = clamped.sum(dim=1) / counts.clamp(min=1)  # (B,) mean_t log r_t (masked entries are 0)
+        seq_ratio = torch.exp(seq_log_ratio)
         floats = torch.stack([
             loss.detach(), policy_loss.detach(), kl.detach(),
             torch.where(m, clamped, math.inf).amin() if m.numel() else zero,
             torch.where(m, clamped, -math.inf).amax() if m.numel() else zero,
             (ratio * m).sum(),
-            ((ratio - 1.0 - clamped) * m).sum(),  # k3 per token, summed directly (no cancellation)
+            ((ratio - 1.0 - clamped) * m).sum(),  # k3 of KL(old || new) per token, summed (no cancellation)
+            (ratio * ratio * m).sum(),
+            ((ratio * clamped - ratio + 1.0) * m).sum(),  # r log r - r + 1 >= 0: KL(new || old) per token
+            torch.where(valid, seq_log_ratio, math.inf).amin() if valid.numel() else zero,
+            torch.where(valid, seq_log_ratio, -math.inf).amax() if valid.numel() else zero,
+            (seq_ratio * valid).sum(),
+            (seq_ratio * seq_ratio * valid).sum(),
         ]).tolist()
-        ints = torch.stack([counts.sum(), (counts > 0).sum(), low.sum(), high.sum(), (low | high).sum()]).tolist()
-        loss_value, policy_value, kl_value, log_ratio_min, log_ratio_max, ratio_sum, kl_old_sum = floats
+        ints = torch.stack([counts.sum(), valid.sum(), low.sum(), high.sum(), (low | high).sum()]).tolist()
+        (loss_value, policy_value, kl_value, log_ratio_min, log_ratio_max, ratio_sum, kl_old_sum, ratio_sq_sum,
+         kl_new_old_sum, seq_log_min, seq_log_max, seq_sum, seq_sq_sum) = floats
         tokens, valid_rows, n_low, n_high, n_clipped = ints
-        per_token = 1.0 / max(tokens, 1)
+        per_token, per_row = 1.0 / max(tokens, 1), 1.0 / max(valid_rows, 1)
+        ratio_mean, ratio_sq = (ratio_sum * per_token, ratio_sq_sum * per_token) if tokens else (1.0, 1.0)
+        seq_mean, seq_sq = (seq_sum * per_row, seq_sq_sum * per_row) if valid_rows else (1.0, 1.0)
         metrics = {
             names.LOSS: loss_value,
             names.POLICY_LOSS: policy_value,
             names.KL: kl_value,
             names.RATIO_MIN: math.exp(log_ratio_min) if tokens else 1.0,
-            names.RATIO_MEAN: ratio_sum * per_token if tokens else 1.0,
+            names.RATIO_MEAN: ratio_mean,
             names.RATIO_MAX: math.exp(log_ratio_max) if tokens else 1.0,
             names.MAX_ABS_LOG_RATIO: max(log_ratio_max, -log_ratio_min) + 0.0 if tokens else 0.0,  # no -0.0
             names.KL_OLD: max(0.0, kl_old_sum * per_token),  # max: rounding never shows below 0
@@ -704,7 +743,14 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
             names.CLIP_FRACTION: n_clipped * per_token,
             names.NUM_ACTION_TOKENS: float(tokens),
             names.NUM_VALID_ROWS: float(valid_rows),
+            names.RATIO_SQ_MEAN: ratio_sq,
+            names.KL_NEW_OLD: max(0.0, kl_new_old_sum * per_token),
+            names.SEQ_RATIO_MIN: math.exp(seq_log_min) if valid_rows else 1.0,
+            names.SEQ_RATIO_MEAN: seq_mean,
+            names.SEQ_RATIO_MAX: math.exp(seq_log_max) if valid_rows else 1.0,
+            names.SEQ_RATIO_SQ_MEAN: seq_sq,
         }
+        metrics.update(moment_figures(metrics))
         if term.metrics:
             extra = list(term.metrics)
             for name in extra:

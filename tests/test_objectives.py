@@ -26,6 +26,7 @@ from minimind_trl.objectives import (
     compute_weighted_loss,
     k3_kl,
     kl_token_mean,
+    moment_figures,
     reduce_loss,
     register_policy_loss,
 )
@@ -465,6 +466,63 @@ def test_kl_old_is_the_k3_token_mean_over_action_tokens():
     k3 = [2.0 - 1 - math.log(2.0), 0.5 - 1 - math.log(0.5), 0.0, 1.5 - 1 - math.log(1.5)]
     assert m["kl_old"] == pytest.approx(sum(k3) / 4, rel=1e-12)
     assert m["kl_old"] > 0  # any move of the policy shows
+
+
+def test_replay_diagnostics_on_a_hand_worked_two_row_batch():
+    """The per-update replay diagnostics: clip fractions, ratio std and ESS, both KL directions,
+    the sequence ratio's statistics and CISPO's largest weight, against values worked by hand.
+
+    Ratios r on action tokens (row 0's third token is masked garbage):
+        row 0, A = +1: 1.5 (above 1 + 0.2: clipped high), 0.5 (below 0.8 but A > 0: kept)
+        row 1, A = -1: 2.0 (above 1.2 but A < 0: kept), 1.0, 0.25 (below 0.8: clipped low)
+    """
+    ratios = [[1.5, 0.5, None], [2.0, 1.0, 0.25]]
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.7, -3.0]], dtype=torch.float64)
+    shift = torch.tensor([[math.log(r) if r else 40.0 for r in row] for row in ratios], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    batch = PolicyBatch(old + shift, old, torch.tensor([1.0, -1.0], dtype=torch.float64), mask)
+    m = compute_policy_loss(batch, ObjectiveConfig.preset("grpo")).metrics
+    r = [1.5, 0.5, 2.0, 1.0, 0.25]
+    assert (m["clip_fraction_high"], m["clip_fraction_low"], m["clip_fraction"]) == pytest.approx((0.2, 0.2, 0.4))
+    assert m["ratio_mean"] == pytest.approx(1.05, rel=1e-12)  # 5.25 / 5
+    assert m["ratio_sq_mean"] == pytest.approx(1.5125, rel=1e-12)  # 7.5625 / 5
+    assert m["ratio_std"] == pytest.approx(math.sqrt(0.41), rel=1e-12)  # sqrt(1.5125 - 1.05^2)
+    assert m["ratio_ess"] == pytest.approx(5.25 ** 2 / (5 * 7.5625), rel=1e-12)  # (sum r)^2 / (n sum r^2)
+    assert m["kl_old"] == pytest.approx(sum(x - 1 - math.log(x) for x in r) / 5, rel=1e-12)
+    assert m["kl_new_old"] == pytest.approx(sum(x * math.log(x) - x + 1 for x in r) / 5, rel=1e-12)
+    seq = [math.sqrt(1.5 * 0.5), (2.0 * 1.0 * 0.25) ** (1 / 3)]  # exp(mean log r) per row
+    assert (m["seq_ratio_min"], m["seq_ratio_max"]) == pytest.approx((seq[1], seq[0]), rel=1e-12)
+    assert m["seq_ratio_mean"] == pytest.approx(sum(seq) / 2, rel=1e-12)
+    assert m["seq_ratio_std"] == pytest.approx(abs(seq[0] - seq[1]) / 2, rel=1e-9)
+    assert m["seq_ratio_ess"] == pytest.approx(sum(seq) ** 2 / (2 * sum(x * x for x in seq)), rel=1e-12)
+    cispo = compute_policy_loss(batch, ObjectiveConfig.preset("cispo", cispo_max=1.8)).metrics
+    assert cispo["cispo_weight_max"] == pytest.approx(1.8) and cispo["cispo_truncation_fraction"] == pytest.approx(0.2)
+    assert compute_policy_loss(batch, ObjectiveConfig.preset("cispo")).metrics["cispo_weight_max"] == pytest.approx(2.0)
+    # On-policy (update 0: old = logp): every ratio 1, ESS 1, std 0, both KLs exactly 0.
+    same = compute_policy_loss(PolicyBatch(old, old, batch.advantages, mask), ObjectiveConfig.preset("grpo")).metrics
+    assert (same["ratio_std"], same["ratio_ess"], same["kl_old"], same["kl_new_old"]) == (0.0, 1.0, 0.0, 0.0)
+    assert (same["seq_ratio_std"], same["seq_ratio_ess"], same["clip_fraction"]) == (0.0, 1.0, 0.0)
+
+
+def test_moment_figures_pool_micro_batches_exactly():
+    """std and ESS of a split batch, from the token-weighted means of the parts' moments, equal
+    those of the whole batch (how the trainer pools its micro-batches)."""
+    g = torch.Generator().manual_seed(3)
+    old = -torch.rand(6, 7, generator=g, dtype=torch.float64) * 3
+    logps = old + torch.randn(6, 7, generator=g, dtype=torch.float64) * 0.3
+    mask = torch.rand(6, 7, generator=g) > 0.3
+    mask[4] = False  # an empty row
+    adv = torch.randn(6, generator=g, dtype=torch.float64)
+    whole = compute_policy_loss(PolicyBatch(logps, old, adv, mask), ObjectiveConfig.preset("grpo")).metrics
+    parts = [compute_policy_loss(PolicyBatch(logps[rows], old[rows], adv[rows], mask[rows]),
+                                 ObjectiveConfig.preset("grpo")).metrics for rows in (slice(0, 2), slice(2, 6))]
+    pooled = {}
+    for key, weight in (("ratio_mean", "num_action_tokens"), ("ratio_sq_mean", "num_action_tokens"),
+                        ("seq_ratio_mean", "num_valid_rows"), ("seq_ratio_sq_mean", "num_valid_rows")):
+        pooled[key] = sum(p[key] * p[weight] for p in parts) / sum(p[weight] for p in parts)
+    pooled.update(moment_figures(pooled))
+    for key in ("ratio_std", "ratio_ess", "seq_ratio_std", "seq_ratio_ess"):
+        assert pooled[key] == pytest.approx(whole[key], rel=1e-10), key
 
 
 def test_sign_aware_clip_fractions():

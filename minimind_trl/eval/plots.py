@@ -23,6 +23,10 @@ names the trainer writes with; :func:`figure_keys` says which keys a run's figur
     router_flip.png        moe/flip_rate, moe/layer{i}/flip_rate
     learning_rate.png      lr, learning_rate
     by_update.png          ratio_* and clip_fraction* averaged per update index (needs `update`)
+    replay.png             per replay update k = 0..K-1, against the rollout: clip fractions (token
+                           low / high, GSPO's sequence clip, CISPO's cap), CISPO's largest weight,
+                           ratio std and ESS, sequence-ratio std, KL(new || old), entropy
+                           (runs with K > 1; ``replay_<run>.png`` when several runs are drawn)
 
 Evaluation bars (:func:`plot_summary`) read a ``summary.json``: for every metric,
 ``eval_<metric>.png`` (condition means with 95 % CI whiskers; the two-level CI when the condition
@@ -50,6 +54,8 @@ from minimind_trl.metric_names import (  # noqa: E402
     BY_UPDATE_PATTERN,
     BY_UPDATE_RATIO_PREFIX,
     INDEX_KEYS,
+    REPLAY_FIGURE_KEYS,
+    ROLLOUT,
     STEP,
     TRAINING_FIGURES,
     UPDATE,
@@ -107,7 +113,7 @@ def plottable_keys(rows: list[dict]) -> list[str]:
 
 def figure_keys(rows: list[dict]) -> dict[str, list[str]]:
     """For one run's records: figure stem -> the keys :func:`plot_runs` draws in it (figures with
-    at least one key only; ``by_update`` not included)."""
+    at least one key only; ``by_update`` and ``replay`` not included)."""
     keys = plottable_keys(rows)
     return {group.stem: selected for group in TRAINING_FIGURES if (selected := group.select(keys))}
 
@@ -135,6 +141,10 @@ def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathL
     by_update = _plot_by_update(runs, keys_by_run, out)
     if by_update:
         written.append(by_update)
+    for label, rows in runs:
+        replay = _plot_replay(rows, out / ("replay.png" if len(runs) == 1 else f"replay_{_slug(label)}.png"), label)
+        if replay:
+            written.append(replay)
     if not written:
         raise EvalError("no plottable keys in the given metrics.jsonl files "
                         "(see the minimind_trl.eval.plots docstring)")
@@ -168,6 +178,31 @@ def _plot_by_update(runs, keys_by_run, out: Path) -> Path | None:
         if ax.lines:
             ax.legend(fontsize=7)
     return _save(fig, out / "by_update.png")
+
+
+def _plot_replay(rows: list[dict], path: Path, label: str) -> Path | None:
+    """:data:`REPLAY_FIGURE_KEYS` present in ``rows``, one panel each: the key against the rollout
+    index, one line per replay update k. None when the run has no update k > 0 (K = 1)."""
+    updates = sorted({int(r[UPDATE]) for r in rows if _is_number(r.get(UPDATE)) and _is_number(r.get(ROLLOUT))})
+    keys = [k for k in REPLAY_FIGURE_KEYS if any(_is_number(r.get(k)) for r in rows)]
+    if len(updates) < 2 or not keys:
+        return None
+    columns = min(3, len(keys))
+    rows_of_panels = math.ceil(len(keys) / columns)
+    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(5 * columns, 3.2 * rows_of_panels), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        for k in updates:
+            points = [(r[ROLLOUT], float(r[key])) for r in rows if r.get(UPDATE) == k and _is_number(r.get(key))]
+            if points:
+                ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=f"k={k}")
+        ax.set(title=key, xlabel="rollout")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    fig.suptitle(f"{label}: replay diagnostics per update k within each rollout")
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def _slug(metric: str) -> str:

@@ -77,11 +77,21 @@ class MiniMindGRPOConfig(GRPOConfig):
         > Fixed-K replay
 
         num_iterations (`int`, defaults to `4`):
-            K, the number of optimizer steps taken on every rollout (TRL's μ). The old log-probs
-            are computed once per rollout, before the first of the K updates, by the not yet
-            updated policy, micro-batch by micro-batch exactly as the updates slice the rollout.
-            `steps_per_generation` must equal `gradient_accumulation_steps` (TRL's default), so
-            that each optimizer step sees the whole rollout once.
+            E, the number of passes over every rollout (TRL's μ; the "K = 4 passes" of the
+            reference lab and of PPO's epochs, Schulman et al. 2017). With `minibatches` = 1
+            (the default) each pass is one optimizer step on the whole rollout, so E = K.
+        minibatches (`int`, defaults to `1`):
+            M, the number of minibatches each pass splits the rollout into, one optimizer step
+            each ("K" in the sense of DeepSeek-R1, DAPO and GSPO: a rollout of M x B
+            trajectories feeds M updates of B, each trajectory used once per pass; TRL's
+            `steps_per_generation` = M x `gradient_accumulation_steps`). A rollout then takes
+            K = E x M optimizer steps; update k = e x M + m is pass e, minibatch m. The old
+            log-probs are computed once per rollout, before its first update, by the not yet
+            updated policy, micro-batch by micro-batch exactly as the updates slice the rollout,
+            so update 0's ratio is exactly 1 and every later update (every minibatch after the
+            first) is measured against the policy that sampled the rollout. Each optimizer step
+            weights its loss by its own minibatch's rows and tokens (a step's objective is the
+            mean over its minibatch, whatever M).
 
         > Policy passes
 
@@ -137,7 +147,8 @@ class MiniMindGRPOConfig(GRPOConfig):
     epsilon_low: float | None = field(default=None, metadata={"help": "Lower clip range (overrides the preset)."})
     cispo_max: float | None = field(default=None, metadata={"help": "CISPO importance-weight cap (preset 5.0)."})
     fixed_length: int | None = field(default=None, metadata={"help": "L of the fixed_length reduction."})
-    num_iterations: int = field(default=4, metadata={"help": "K: optimizer steps per rollout on frozen old log-probs."})
+    num_iterations: int = field(default=4, metadata={"help": "E: passes over each rollout on frozen old log-probs."})
+    minibatches: int = field(default=1, metadata={"help": "M: optimizer steps per pass (each on 1/M of the rollout)."})
     logging_steps: float = field(default=1, metadata={"help": "Must be 1 (one metrics record per optimizer step)."})
     metrics_file: str = field(default="metrics.jsonl", metadata={"help": "Per-step diagnostics file in output_dir."})
     moe_diagnostics: bool = field(default=True, metadata={"help": "Per-layer MoE router diagnostics."})
@@ -154,6 +165,8 @@ class MiniMindGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        if self.steps_per_generation is None and self.generation_batch_size is None and type(self.minibatches) is int:
+            self.steps_per_generation = self.gradient_accumulation_steps * self.minibatches  # TRL's default x M
         super().__post_init__()
         for name, (default, instead) in _TRL_OPTIONS_REPLACED.items():
             if getattr(self, name) != default:
@@ -167,10 +180,13 @@ class MiniMindGRPOConfig(GRPOConfig):
                 "logging_strategy must be 'steps' and logging_steps 1 (one metrics.jsonl record per optimizer "
                 f"step), got {self.logging_strategy!r} / {self.logging_steps}"
             )
-        if self.steps_per_generation != self.gradient_accumulation_steps:
+        if isinstance(self.minibatches, bool) or not isinstance(self.minibatches, int) or self.minibatches < 1:
+            raise ValueError(f"minibatches (M) must be an int >= 1, got {self.minibatches!r}")
+        if self.steps_per_generation != self.gradient_accumulation_steps * self.minibatches:
             raise ValueError(
                 f"steps_per_generation ({self.steps_per_generation}) must equal gradient_accumulation_steps "
-                f"({self.gradient_accumulation_steps}): each optimizer step uses the whole rollout once"
+                f"({self.gradient_accumulation_steps}) x minibatches ({self.minibatches}): each optimizer step uses "
+                "one minibatch, each pass the whole rollout once"
             )
         if self.rollout_engine not in ROLLOUT_ENGINES:
             raise ValueError(f"rollout_engine must be one of {ROLLOUT_ENGINES}, got {self.rollout_engine!r}")
@@ -197,6 +213,16 @@ class MiniMindGRPOConfig(GRPOConfig):
         self.epsilon_high = resolved.epsilon_high
         self.policy, self.advantage, self.reduction = resolved.policy, resolved.advantage, resolved.reduction
         self.cispo_max, self.fixed_length = resolved.cispo_max, resolved.fixed_length
+
+    @property
+    def updates_per_rollout(self) -> int:
+        """K = E x M: optimizer steps per rollout (``num_iterations`` passes x ``minibatches``)."""
+        return self.num_iterations * self.minibatches
+
+    def replay_dict(self) -> dict:
+        """The replay as the manifest records it: passes E, minibatches M, K = E x M."""
+        return {"passes": self.num_iterations, "minibatches": self.minibatches,
+                "updates_per_rollout": self.updates_per_rollout}
 
     def objective_config(self) -> ObjectiveConfig:
         """The :class:`ObjectiveConfig` these fields select: the preset, then the non-None overrides."""

@@ -42,6 +42,7 @@ a shorter last window.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import time
@@ -73,6 +74,7 @@ from minimind_trl.metric_names import (
     MAX_ABS_LOG_RATIO,
     MAX_SUFFIX,
     MIN_SUFFIX,
+    MOMENT_KEYS,
     NONFINITE_LOSS,
     NUM_ACTION_TOKENS,
     NUM_VALID_ROWS,
@@ -82,6 +84,8 @@ from minimind_trl.metric_names import (
     ONPOLICY_LOGP_ABS_DIFF_MAX,
     ONPOLICY_LOGP_ABS_DIFF_MEAN,
     POLICY_LOSS,
+    REPLAY_MINIBATCH,
+    REPLAY_PASS,
     REWARD_MEAN,
     REWARD_STD,
     ROLLOUT,
@@ -104,13 +108,20 @@ from minimind_trl.metric_names import (
     reward_func_mean_key,
     reward_func_std_key,
 )
-from minimind_trl.objectives import PolicyBatch, RolloutTotals, compute_advantages, compute_weighted_loss, k3_kl
+from minimind_trl.objectives import (
+    PolicyBatch,
+    RolloutTotals,
+    compute_advantages,
+    compute_weighted_loss,
+    k3_kl,
+    moment_figures,
+)
 from minimind_trl.trainer.checkpoints import AtomicCheckpointMixin
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
 from minimind_trl.trainer.policy_pass import build_layout, setup_policy_passes
 from minimind_trl.trainer.recorder import StepRecorder
-from minimind_trl.trainer.rollout_state import RolloutState, StepState
+from minimind_trl.trainer.rollout_state import ReplayPosition, RolloutState, StepState
 
 # Rollout-wide counts every training micro-batch carries (batch fields; the first two are also
 # written to the record under the same names). Stored in checkpointed rollout buffers: keep them.
@@ -272,10 +283,22 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 ) as model,
                 self._dist.summon_full_params(self.model_wrapped, recurse=False),
             ):
-                state.generation_model = model
+                state.generation_model = self._decode_model(model)
                 return super()._generate(prompts)
         finally:
             state.turn_cache = state.generation_model = None  # large; the rollout's turns are over
+
+    def _decode_model(self, model):
+        """The weights the minimind engine decodes a rollout with. Under bf16 mixed precision on a
+        CPU: a bf16 copy, made once per rollout (every decode step would otherwise cast each weight
+        again: autocast's cast cache lives one forward call, and a decode step is one call). The
+        sampled tokens then come from bf16 matmuls, as the update's do; the old log-probs are the
+        replay pass's, so update 0's ratio stays exactly 1 whatever the sampler's rounding (its
+        gap is ``onpolicy/logp_abs_diff_*``). Elsewhere: the model itself."""
+        if not (self.args.bf16 and self.accelerator.device.type == "cpu"):
+            return model
+        with torch.no_grad():
+            return copy.deepcopy(model).to(torch.bfloat16)
 
     def _minimind_engine(self) -> bool:
         """``rollout.engine: minimind`` on the plain transformers path (no vLLM, no images)."""
@@ -366,13 +389,14 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     @contextlib.contextmanager
     def _trl_old_logps_off(self):
         """TRL computes old log-probs when ``GA % (steps_per_generation * num_iterations) != 0``;
-        with ``num_iterations`` seen as 1 it does not, and :meth:`_freeze_old_logps` does it instead."""
-        saved = self.num_iterations
-        self.num_iterations = 1
+        with ``num_iterations`` seen as 1 and ``steps_per_generation`` as GA (one minibatch) it does
+        not, and :meth:`_freeze_old_logps` does it instead."""
+        saved = self.num_iterations, self.args.steps_per_generation
+        self.num_iterations, self.args.steps_per_generation = 1, self.args.gradient_accumulation_steps
         try:
             yield
         finally:
-            self.num_iterations = saved
+            self.num_iterations, self.args.steps_per_generation = saved
 
     def _generate_and_score_completions(self, inputs):
         training = self.model.training
@@ -449,19 +473,42 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)
-        inputs = super()._prepare_inputs(generation_batch)
+        inputs = super()._prepare_inputs(generation_batch)  # serves micro-step self._step (training_step counts it)
+        self.step_state.position = ReplayPosition.of_micro_step(self._step, self.args)
         if not self.rollout.replayed:  # a rollout was just generated, shuffled and split
             if self.args.prefix_sharing and len(self._buffered_inputs) > 1:
                 self._buffered_inputs = _regroup_by_prompt(self._buffered_inputs)
-                inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+                inputs = self._buffered_inputs[self.step_state.position.buffer_index]
+            if self.args.minibatches > 1:
+                self._count_minibatches(self._buffered_inputs)
             self._freeze_old_logps(self._buffered_inputs)
             self.rollout.replayed = True
         return inputs
 
+    def _count_minibatches(self, micro_batches: list[dict[str, Any]]) -> None:
+        """With M minibatches each optimizer step's loss is weighted by its own minibatch's valid
+        rows and action tokens over all processes (and this process's rows of it), not the whole
+        rollout's: micro-batches ``m*GA .. (m+1)*GA - 1`` are minibatch ``m``."""
+        accumulation = self.args.gradient_accumulation_steps
+        local = []  # (M, 3): valid rows, action tokens, local rows
+        for m in range(self.args.minibatches):
+            counts = torch.zeros(3)
+            for batch in micro_batches[m * accumulation:(m + 1) * accumulation]:
+                mask = self._action_mask(batch).cpu()  # (B, C)
+                counts += torch.tensor([(mask.sum(dim=1) > 0).sum(), mask.sum(), mask.size(0)], dtype=torch.float32)
+            local.append(counts)
+        local = torch.stack(local).to(self.accelerator.device)
+        totals = self.accelerator.reduce(local.clone(), reduction="sum") if self.accelerator.num_processes > 1 \
+            else local
+        for i, batch in enumerate(micro_batches):
+            m = i // accumulation
+            batch[_VALID_ROWS_FIELD], batch[_ACTION_TOKENS_FIELD] = totals[m, 0], totals[m, 1]
+            batch[_LOCAL_ROWS_FIELD] = local[m, 2]
+
     @torch.no_grad()
     def _freeze_old_logps(self, micro_batches: list[dict[str, Any]]) -> None:
         """Old log-probs (and router choices) of the not yet updated policy, per training micro-batch."""
-        if self.num_iterations == 1:
+        if self.args.updates_per_rollout == 1:
             return  # the single update uses per_token_logps.detach(): ratio exactly 1
         start = time.perf_counter()
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
@@ -572,7 +619,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         if self.model.training:
             self._record_micro_batch(weighted, entropies, mask, aux, router)
             sampling = inputs.get("sampling_per_token_logps")
-            if sampling is not None and self.state.global_step % self.num_iterations == 0:  # update 0
+            if sampling is not None and self.step_state.position.update == 0:
                 self._record_on_policy(sampling, old, mask)
             self.step_state.update_tokens += float(
                 torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1).sum())
@@ -650,6 +697,10 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         for key in ON_POLICY_KEYS:  # the rollout's, repeated by its later updates' records
             if key in figures:
                 self.rollout.figures[key] = figures.pop(key)
+        if all(key in figures for key in MOMENT_KEYS):  # std and ESS of the whole step, from pooled moments
+            figures.update(moment_figures(figures))
+        for key in MOMENT_KEYS:
+            figures.pop(key, None)
         moe = {k: figures.pop(k) for k in list(figures) if is_router_count_key(k)}
         if moe and self.router_recorder is not None:
             figures.update(finalize_counts(moe, self.router_recorder.num_experts))
@@ -673,12 +724,14 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
 
     def _build_record(self, logs: dict[str, float]) -> dict[str, Any]:
         """One metrics.jsonl row: step, rollout, update, the step's figures, the rollout's, timings."""
-        index = self.state.global_step - 1
         step_state, self.step_state = self.step_state, StepState()  # the next step starts
+        position = step_state.position
         record: dict[str, Any] = {
             STEP: self.state.global_step,
-            ROLLOUT: index // self.num_iterations,
-            UPDATE: index % self.num_iterations,
+            ROLLOUT: position.rollout,
+            UPDATE: position.update,
+            REPLAY_PASS: position.replay_pass,
+            REPLAY_MINIBATCH: position.minibatch,
             LEARNING_RATE: logs.get(LEARNING_RATE),
         }
         record.update(step_state.figures)

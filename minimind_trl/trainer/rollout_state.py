@@ -52,9 +52,38 @@ class RolloutState:
     replayed: bool = False
 
 
+@dataclass(frozen=True)
+class ReplayPosition:
+    """Where a training micro-batch sits in the replay of its rollout: the one place the position
+    inside K is derived (from TRL's micro-step counter ``_step``, which checkpoints save, so a
+    resumed run continues at the same position).
+
+    A rollout feeds ``K = E x M`` optimizer steps (``num_iterations`` passes E x ``minibatches`` M),
+    each of ``GA`` micro-batches: ``rollout`` counts rollouts from 0, ``update`` is k = 0..K-1,
+    ``replay_pass`` e = k // M, ``minibatch`` m = k % M, and ``buffer_index`` the micro-batch of
+    TRL's rollout buffer (``m * GA + accumulation step``)."""
+
+    rollout: int
+    update: int
+    replay_pass: int
+    minibatch: int
+    buffer_index: int
+
+    @classmethod
+    def of_micro_step(cls, micro_step: int, args: Any) -> ReplayPosition:
+        """The position of micro-step ``micro_step`` (0-based, counted over the whole run)."""
+        accumulation, minibatches = args.gradient_accumulation_steps, args.minibatches
+        per_rollout = accumulation * minibatches * args.num_iterations  # TRL's generate_every
+        within = micro_step % per_rollout
+        update = within // accumulation
+        return cls(rollout=micro_step // per_rollout, update=update, replay_pass=update // minibatches,
+                   minibatch=update % minibatches, buffer_index=within % (accumulation * minibatches))
+
+
 @dataclass
 class StepState:
-    """One optimizer step's accounting (module docstring). ``update_tokens``: prompt + completion
+    """One optimizer step's accounting (module docstring). ``position``: the step's place in
+    its rollout's replay (:class:`ReplayPosition`). ``update_tokens``: prompt + completion
     tokens of this process's training micro-batches; ``figures``: ``stats`` reduced over processes
     at the optimizer step, waiting for ``log``."""
 
@@ -63,3 +92,4 @@ class StepState:
     update_tokens: float = 0.0
     nonfinite: list[str] = field(default_factory=list)
     figures: dict[str, float] | None = None
+    position: ReplayPosition | None = None  # set where each micro-batch is served (_prepare_inputs)

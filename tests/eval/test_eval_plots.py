@@ -67,6 +67,29 @@ def test_plot_runs_writes_non_empty_pngs(tmp_path):
     assert not list((tmp_path / "fig").glob(".*"))  # no temporary files left behind
 
 
+def test_replay_figure_draws_one_line_per_update_k_for_runs_with_replay(tmp_path, monkeypatch):
+    """replay.png: one panel per replay diagnostic present, x = rollout, one line per k; none at K = 1;
+    one figure per run (``replay_<run>.png``) when several runs are drawn."""
+    import matplotlib.axes
+
+    drawn = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn.append((self.get_title(), kwargs.get("label"), list(args[0]) if args else None))
+        return original(self, *args, **kwargs)
+
+    k2, k1 = write_metrics(tmp_path / "k2", k=2, rollouts=3), write_metrics(tmp_path / "k1", k=1, rollouts=3)
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    names = {p.name for p in plot_runs([k2], tmp_path / "one")}
+    assert "replay.png" in names
+    replay = [(label, xs) for title, label, xs in drawn if title == "" and label and label.startswith("k=")]
+    assert replay == [("k=0", [0, 1, 2]), ("k=1", [0, 1, 2])]  # clip_fraction_low: the one replay key written
+    assert "replay.png" not in {p.name for p in plot_runs([k1], tmp_path / "k1fig")}
+    assert {p.name for p in plot_runs([k2, k1], tmp_path / "two")} >= {"replay_k2.png"}
+    assert not (tmp_path / "two" / "replay_k1.png").exists()
+
+
 def test_plot_only_present_keys(tmp_path):
     run = tmp_path / "dense"
     run.mkdir()
@@ -131,6 +154,6 @@ def test_figure_keys_names_what_plot_runs_draws(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     drawn = figure_keys(rows)
     written = {p.stem for p in plot_runs([run], tmp_path / "fig")}
-    assert set(drawn) | {"by_update"} == written
+    assert set(drawn) | {"by_update", "replay"} == written
     assert drawn["router_load"] == ["moe/layer0/imbalance", "moe/layer1/imbalance", "moe/max_imbalance"]
     assert "note" not in {k for keys in drawn.values() for k in keys}  # text is not plottable

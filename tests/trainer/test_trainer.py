@@ -126,15 +126,30 @@ def test_uneven_micro_batches_sum_to_the_full_batch_gradient(tmp_path, objective
         torch.testing.assert_close(uneven[key], full[key], rtol=1e-5, atol=1e-7)
 
 
-def test_update_zero_ratio_is_exactly_one_under_bf16_autocast(tmp_path):
-    """Old log-probs come from the same micro-batches, padding and autocast as the update."""
-    trainer = make_trainer(tmp_path, max_steps=2, num_iterations=2, bf16=True,
-                           per_device_train_batch_size=4, gradient_accumulation_steps=2)
+@pytest.mark.parametrize("prefix_sharing", [True, False], ids=["shared_pass", "plain_pass"])
+@pytest.mark.parametrize("scripted", [True, False], ids=["scripted", "sampled"])
+def test_update_zero_ratio_is_exactly_one_under_bf16_autocast(tmp_path, prefix_sharing, scripted):
+    """Old log-probs come from the same micro-batches, padding and autocast as the update, with the
+    prefix-shared and the plain pass; sampled rollouts decode with the bf16 copy of the weights
+    (their sampler-vs-replay gap is bf16 rounding, not zero)."""
+    trainer = make_trainer(tmp_path, scripted=scripted, max_steps=2, num_iterations=2, bf16=True,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                           prefix_sharing=prefix_sharing)
     trainer.train()
     assert trainer.accelerator.mixed_precision == "bf16"
     first, second = read_metrics(tmp_path / "metrics.jsonl")
-    assert first["max_abs_log_ratio"] == 0.0 and first["clip_fraction"] == 0.0
+    assert first["max_abs_log_ratio"] == 0.0 and first["clip_fraction"] == 0.0 and first["ratio_ess"] == 1.0
     assert second["max_abs_log_ratio"] > 0.0
+    if not scripted:
+        assert 0.0 < first["onpolicy/logp_abs_diff_mean"] < 0.05
+        decode_model = trainer._decode_model(trainer.model)
+        assert decode_model is not trainer.model and next(decode_model.parameters()).dtype == torch.bfloat16
+        assert next(trainer.model.parameters()).dtype == torch.float32  # fp32 master weights
+
+
+def test_fp32_decodes_with_the_model_itself(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=1, num_iterations=1)
+    assert trainer._decode_model(trainer.model) is trainer.model
 
 
 def test_moe_router_diagnostics(tmp_path):
