@@ -270,6 +270,14 @@ def slot_threads(slot: str) -> int | None:
     return int(slot.rsplit(":", 1)[1]) if slot.startswith(CPU_SLOT) else None
 
 
+def slot_name(slot: str) -> str:
+    """A slot in words: ``CPU slot 0 (1 thread)`` or ``GPU 2,3``."""
+    threads = slot_threads(slot)
+    if threads is None:
+        return f"GPU {slot}"
+    return f"CPU slot {slot[len(CPU_SLOT):].split(':')[0]} ({threads} thread{'s' if threads > 1 else ''})"
+
+
 def slot_env(slot: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a child on ``slot``. A CPU slot (``--jobs``) sets the thread count of
     every math library (OpenMP, MKL, OpenBLAS), so side-by-side jobs do not oversubscribe the
@@ -596,7 +604,7 @@ def train_condition(plan: Plan, cond: Condition, run: Runner, devices: str | Non
     args = train_args(plan, cond)
     log = _log_path(plan, f"{cond.label}.train")
     cond.log = str(log)
-    where = "" if devices is None else f" on GPU {devices}"
+    where = "" if devices is None else f" on {slot_name(devices)}"
     _say(f"{cond.label}: {'resuming' if cond.action == 'resume' else 'training'}{where} -> {cond.run_dir}")
     started = time.perf_counter()
     cond.rc = _call(run, args, log, devices)
@@ -652,7 +660,8 @@ def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: 
     if settings["limit"] is not None:
         args += ["--limit", str(settings["limit"])]
     log = _log_path(plan, f"{name}.eval")
-    _say(f"{name}: evaluating {checkpoint} on {settings['split']}{'' if devices is None else f' on GPU {devices}'}")
+    where = "" if devices is None else f" on {slot_name(devices)}"
+    _say(f"{name}: evaluating {checkpoint} on {settings['split']}{where}")
     rc = _call(run, args, log, devices)
     if rc != 0 or not EvalFolder(eval_dir).is_complete():
         _say(f"{name}: eval exited with {rc}; see {log}")
