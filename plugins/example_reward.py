@@ -14,14 +14,15 @@ column ``gt`` arrives in ``kwargs``. It returns one float per completion.
 
 from minimind_trl.rewards import evaluate_completion
 from minimind_trl.rewards.registry import register_reward_function
-from minimind_trl.rewards.rewards import gt_column
+from minimind_trl.rewards.rewards import gt_column, question_column
 
 
 @register_reward_function("tool_backed_success")
 def tool_backed_success_reward(prompts, completions, **kwargs):
     """1.0 for a verified answer backed by a tool result, else 0.0."""
     rewards = []
-    for completion, gt in zip(completions, gt_column(kwargs, len(completions))):
-        _, verification = evaluate_completion(completion, gt)
+    questions = question_column(prompts, len(completions))
+    for completion, gt, question in zip(completions, gt_column(kwargs, len(completions)), questions):
+        _, verification = evaluate_completion(completion, gt, question=question)
         rewards.append(float(verification.success and verification.tool_backed))
     return rewards

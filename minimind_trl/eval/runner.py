@@ -52,7 +52,7 @@ from minimind_trl.fsio import (
     write_jsonl_atomic,
 )
 from minimind_trl.modeling.checkpoints import CheckpointInfo, load_checkpoint_tokenizer, load_model, resolve_checkpoint
-from minimind_trl.rewards import evaluate_completion
+from minimind_trl.rewards import evaluate_completion, prompt_question
 from minimind_trl.run_folder import RunFolder
 
 MANIFEST_FORMAT = "minimind-trl.eval/1"
@@ -87,10 +87,6 @@ class EvalSettings:
                 raise EvalError(f"sampling needs a finite --temperature > 0, got {self.temperature}")
 
 
-def _user_question(task: dict) -> str:
-    return next((t.get("content") or "" for t in task["conversations"] if t.get("role") == "user"), "")
-
-
 def build_record(task: dict, traj) -> dict:
     """The JSONL record of one greedy trajectory, verified as the training reward does.
 
@@ -104,10 +100,11 @@ def build_record(task: dict, traj) -> dict:
     """
     gt = list(task["gt"])
     meta = task.get("meta") or {}
-    view, ver = evaluate_completion(traj.text, gt)
+    question = prompt_question(task["conversations"])
+    view, ver = evaluate_completion(traj.text, gt, question=question)
     return {
         "id": str(task["id"]),
-        "question": _user_question(task),
+        "question": question,
         "gt": gt,
         "n_gt": len(gt),
         "op_type": meta.get("op_type") or "unknown",
@@ -156,7 +153,8 @@ def evaluate_tasks(model, tokenizer, tasks: list[dict], settings: EvalSettings, 
         sampled = rollout(model, tokenizer, tasks, registry, do_sample=True, temperature=settings.temperature,
                           num_samples=n, seed=settings.sample_seed, **common)
         for i, (task, record) in enumerate(zip(tasks, records)):
-            successes = [bool(evaluate_completion(t.text, list(task["gt"]))[1].success)
+            question = prompt_question(task["conversations"])
+            successes = [bool(evaluate_completion(t.text, list(task["gt"]), question=question)[1].success)
                          for t in sampled[i * n:(i + 1) * n]]
             c = sum(successes)
             record["samples"] = {"n": n, "num_correct": c, "temperature": settings.temperature, "successes": successes}

@@ -30,6 +30,7 @@ from minimind_trl.rewards.rewards import (
     evaluate_completion,
     format_reward,
     make_task_reward,
+    prompt_question,
     success_reward,
     task_reward,
 )
@@ -41,7 +42,7 @@ __all__ = [
     "CompletionView", "NumberMention", "RewardModelScorer", "Verification", "build_reward_functions",
     "coverage_reward", "evaluate_completion", "extract_numbers", "final_answer_text",
     "find_numbers", "format_reward", "get_reward_function", "get_verifier", "lenient_gt_hits",
-    "make_minimind_agent_reward", "make_reward_model_reward", "make_task_reward",
+    "make_minimind_agent_reward", "make_reward_model_reward", "make_task_reward", "prompt_question",
     "register_reward_factory", "register_reward_function", "register_verifier", "rep_penalty",
     "reward_function_names", "success_reward", "task_reward", "uses_tool_registry", "verify",
     "view_completion",

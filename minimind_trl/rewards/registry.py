@@ -159,7 +159,8 @@ def build_reward_functions(specs: list[dict], registry: ToolRegistry) -> tuple[l
 
 
 def register_verifier(name: str | None = None):
-    """Decorator: register a verifier ``v(final_answer, gt, tool_results=()) -> Verification``."""
+    """Decorator: register a verifier ``v(final_answer, gt, tool_results=(), question="") -> Verification``
+    (``question``: the task's question, as `minimind_trl.rewards.evaluate_completion` passes it)."""
     def decorator(func: Callable) -> Callable:
         _VERIFIERS[name or func.__name__] = func
         return func

@@ -1,7 +1,9 @@
 """TRL reward functions for GT-verified tool use.
 
 Every function has TRL's signature ``f(prompts, completions, **kwargs) -> list[float]``; the
-dataset column ``gt`` (one list of GT values per completion) arrives in ``kwargs``.
+dataset column ``gt`` (one list of GT values per completion) arrives in ``kwargs``, and each
+prompt's question (`prompt_question`: its last user message) goes to the verifier, which reads
+from it whether the task asks for a percentage (`minimind_trl.rewards.verifier.asks_for_percentage`).
 Completions may be strings or message lists (`minimind_trl.rewards.trajectory`). TRL logs each
 function under its ``__name__`` (``rewards/<name>/mean``).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from minimind_trl.envs.protocol import message_text
 from minimind_trl.rewards.trajectory import CompletionView, view_completion
 from minimind_trl.rewards.verifier import Verification, verify
 
@@ -51,28 +54,56 @@ def gt_column(kwargs: dict, n: int) -> list[list]:
     return [_gt_row(row) for row in gt]
 
 
-def evaluate_completion(completion, gt: list, verifier: Callable = verify
+_USER_TURN = "<|im_start|>user"
+
+
+def prompt_question(prompt) -> str:
+    """The task's question in a prompt: the text of its last user message (a message list: TRL's
+    conversational prompt, a task row's ``conversations``), or of the last user turn of a rendered
+    prompt string (the whole string when it has no turn markers); "" for anything else."""
+    if isinstance(prompt, str):
+        start = prompt.rfind(_USER_TURN)
+        if start < 0:
+            return prompt
+        return prompt[start + len(_USER_TURN):].split("<|im_end|>", 1)[0].strip()
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return message_text(users[-1].get("content")) if users else ""
+    return ""
+
+
+def question_column(prompts, n: int) -> list[str]:
+    """One question per completion (`prompt_question`); all "" when the caller passes no prompts."""
+    if prompts is None:
+        return [""] * n
+    if len(prompts) != n:
+        raise ValueError(f"got {len(prompts)} prompts for {n} completions")
+    return [prompt_question(p) for p in prompts]
+
+
+def evaluate_completion(completion, gt: list, verifier: Callable = verify, question: str = ""
                         ) -> tuple[CompletionView, Verification]:
     """(view, verification) of one completion: the final answer checked against ``gt``, with
-    the completion's tool observations as possible backing."""
+    the completion's tool observations as possible backing and the task's ``question``."""
     view = view_completion(completion)
-    return view, verifier(view.final_answer, gt, tool_results=view.observations)
+    return view, verifier(view.final_answer, gt, tool_results=view.observations, question=question)
 
 
-def _per_completion(completions, kwargs, score: Callable[[CompletionView, Verification], float]
+def _per_completion(prompts, completions, kwargs, score: Callable[[CompletionView, Verification], float]
                     ) -> list[float]:
     gts = gt_column(kwargs, len(completions))
-    return [float(score(*evaluate_completion(c, g))) for c, g in zip(completions, gts)]
+    questions = question_column(prompts, len(completions))
+    return [float(score(*evaluate_completion(c, g, question=q))) for c, g, q in zip(completions, gts, questions)]
 
 
 def success_reward(prompts, completions, **kwargs) -> list[float]:
     """1.0 when the final answer states every GT value (`Verification.success`), else 0.0."""
-    return _per_completion(completions, kwargs, lambda view, v: v.success)
+    return _per_completion(prompts, completions, kwargs, lambda view, v: v.success)
 
 
 def coverage_reward(prompts, completions, **kwargs) -> list[float]:
     """The fraction of GT values stated in the final answer (`Verification.gt_coverage`)."""
-    return _per_completion(completions, kwargs, lambda view, v: v.gt_coverage)
+    return _per_completion(prompts, completions, kwargs, lambda view, v: v.gt_coverage)
 
 
 def format_reward(prompts, completions, **kwargs) -> list[float]:
@@ -86,7 +117,7 @@ def make_task_reward(success_weight: float = 1.0, coverage_weight: float = 0.5,
 
     def reward(prompts, completions, **kwargs) -> list[float]:
         return _per_completion(
-            completions, kwargs,
+            prompts, completions, kwargs,
             lambda view, v: success_weight * v.success + coverage_weight * v.gt_coverage
             - malformed_penalty * (view.malformed > 0))
 

@@ -5,6 +5,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rollout_helpers import scripted  # forces replies longer than one decode slice
@@ -19,6 +20,7 @@ from minimind_trl.eval.metrics import compute_metrics, per_question_values
 from minimind_trl.eval.runner import (
     EvalSettings,
     _manifest,
+    build_record,
     evaluate_tasks,
     run_evaluation,
     run_tools,
@@ -224,6 +226,23 @@ def test_scripted_records_and_pass_at_k(model, tokenizer_dir):
     assert [r["samples"]["temperature"] for r in sampled] == [0.7, 0.7]
     assert per_question_values(sampled, "sampled_pass@1").tolist() == [1.0, 0.0]
     assert metrics["mean_malformed_calls"] == 0.0 == right["malformed_calls"] == wrong["malformed_calls"]
+
+
+def test_a_record_is_scored_with_its_task_question():
+    """Issue 40.2: evaluation hands the task's question to the verifier, as training's reward does:
+    ``68.75%`` answers "what percentage" (GT 68.75) and states 0.6875 elsewhere."""
+    trajectory = SimpleNamespace(
+        text="<think>\n\n</think>\n\nThe answer is 68.75%.<|im_end|>", turn_texts=["The answer is 68.75%."],
+        tool_calls=[], observations=[], valid_calls=0, failed_calls=0, malformed_calls=0, n_turns=1, finished=True,
+        pending_call=False, truncated=False, prompt_ids=[1, 2], completion_ids=[3, 4], n_model_tokens=2)
+
+    def task(question):
+        return {"id": "p", "gt": ["68.75"], "conversations": [{"role": "user", "content": question},
+                                                             {"role": "assistant", "content": ""}]}
+
+    asked = build_record(task("What percentage of 80 is 55?"), trajectory)
+    assert asked["success"] and asked["question"] == "What percentage of 80 is 55?"
+    assert not build_record(task("What is 0.6875 times 100?"), trajectory)["success"]
 
 
 def test_the_manifest_records_the_sampling_temperature():

@@ -106,6 +106,12 @@ def test_lm_eval_process_results_scores_hand_made_outputs(gt, output, success, c
     assert scores == {"task_success": success, "gt_coverage": coverage}
 
 
+def test_lm_eval_process_results_reads_the_question():
+    doc = {"gt": ["68.75"], "conversations": [{"role": "user", "content": "55 占 80 的百分之几?"}]}
+    assert load_utils().process_results(doc, ["68.75%"])["task_success"] == 1.0
+    assert load_utils().process_results({"gt": ["68.75"]}, ["68.75%"])["task_success"] == 0.0
+
+
 def test_tool_math_script_end_to_end(tmp_path, tiny_model, tokenizer):
     run = tmp_path / "runs" / "sft"
     save_for_hub(tiny_model, tokenizer, run / "final")

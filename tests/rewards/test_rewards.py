@@ -19,6 +19,7 @@ from minimind_trl.rewards import (
     lenient_gt_hits,
     make_minimind_agent_reward,
     make_task_reward,
+    prompt_question,
     rep_penalty,
     success_reward,
     task_reward,
@@ -125,6 +126,29 @@ def test_gt_rows_may_be_single_values_or_json_strings():
     completions = [CORRECT, CORRECT, HALF]
     assert coverage_reward(PROMPTS[:3], completions, gt=['[36, "7"]', 36, "[36, 7]"]) \
         == [1.0, 1.0, 0.5]
+
+
+def test_the_prompt_question_reaches_the_verifier():
+    """Issue 40.2: a percentage question's GT is met by ``p%`` (the reward reads the prompt's last
+    user message, in TRL's message form or as a rendered string); another question's is not."""
+    percent = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "What percentage of 80 is 55?"}]
+    plain = [{"role": "user", "content": "What is 0.6875 times 100?"}]
+    rendered = "<|im_start|>system\nUse tools.<|im_end|>\n<|im_start|>user\n55 is what percent of 80?<|im_end|>\n"
+    answer = "The answer is 68.75%."
+    assert task_reward([percent, plain, rendered], [answer] * 3, gt=[["68.75"]] * 3) == [1.5, 0.0, 1.5]
+    assert success_reward(None, [answer], gt=[["68.75"]]) == [0.0]  # no prompt: no percentage question
+    assert evaluate_completion(answer, ["68.75"], question="What percentage of 80 is 55?")[1].success
+    with pytest.raises(ValueError, match="2 prompts for 1 completions"):
+        task_reward([percent, plain], [answer], gt=[["68.75"]])
+
+
+@pytest.mark.parametrize("prompt, question", [
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}], "c"),
+    ([{"role": "user", "content": [{"type": "text", "text": "parts"}]}], "parts"), ([], ""), (None, ""),
+    ("plain text question", "plain text question"), ("<|im_start|>user\nq?<|im_end|>\n<|im_start|>assistant\n", "q?"),
+])
+def test_prompt_question(prompt, question):
+    assert prompt_question(prompt) == question
 
 
 def test_registered_reward_names():

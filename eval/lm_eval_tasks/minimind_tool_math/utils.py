@@ -21,7 +21,7 @@ from functools import lru_cache
 from minimind_trl.conversation import normalize_conversation
 from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.rewards import evaluate_completion
+from minimind_trl.rewards import evaluate_completion, prompt_question
 from minimind_trl.tokenization import load_tokenizer
 
 
@@ -36,7 +36,7 @@ def _registry():
 
 
 def question(doc: dict) -> str:
-    return next(turn["content"] for turn in doc["conversations"] if turn["role"] == "user")
+    return prompt_question(doc.get("conversations") or [])
 
 
 def doc_to_text_direct(doc: dict) -> str:
@@ -58,6 +58,7 @@ def doc_to_target(doc: dict) -> str:
 
 def process_results(doc: dict, results: list[str]) -> dict[str, float]:
     """Verifier scores of the generated turn `results[0]`: success (every GT value stated in the
-    final answer, strict) and the fraction of GT values stated."""
-    _, verification = evaluate_completion(results[0], list(doc["gt"]))
+    final answer, strict) and the fraction of GT values stated; the question tells the verifier
+    whether the task asks for a percentage."""
+    _, verification = evaluate_completion(results[0], list(doc["gt"]), question=question(doc))
     return {"task_success": float(verification.success), "gt_coverage": float(verification.gt_coverage)}
