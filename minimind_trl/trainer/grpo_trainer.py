@@ -298,7 +298,13 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         if not (self.args.bf16 and self.accelerator.device.type == "cpu"):
             return model
         with torch.no_grad():
-            return copy.deepcopy(model).to(torch.bfloat16)
+            decode_model = copy.deepcopy(model).to(torch.bfloat16)
+        # Forwards installed on the instance (accelerate's autocast wrapper, the prefix-shared
+        # forward) are closures over the original module, which deepcopy shares rather than copies:
+        # drop them so the copy runs its class's forward on its own bf16 weights, without autocast.
+        for module in decode_model.modules():
+            module.__dict__.pop("forward", None)
+        return decode_model
 
     def _minimind_engine(self) -> bool:
         """``rollout.engine: minimind`` on the plain transformers path (no vLLM, no images)."""

@@ -143,8 +143,19 @@ def test_update_zero_ratio_is_exactly_one_under_bf16_autocast(tmp_path, prefix_s
     if not scripted:
         assert 0.0 < first["onpolicy/logp_abs_diff_mean"] < 0.05
         decode_model = trainer._decode_model(trainer.model)
-        assert decode_model is not trainer.model and next(decode_model.parameters()).dtype == torch.bfloat16
+        assert next(decode_model.parameters()).dtype == torch.bfloat16
         assert next(trainer.model.parameters()).dtype == torch.float32  # fp32 master weights
+        # The copy runs on its own bf16 weights: its logits are a plain bf16 model's, and they do not
+        # follow the training model (a forward closure over the original would).
+        ids = torch.tensor([[5, 17, 99, 4]])
+        plain = tiny_model()
+        plain.load_state_dict(trainer.model.state_dict())
+        plain = plain.to(torch.bfloat16).eval()
+        with torch.no_grad():
+            expected = plain(ids).logits
+            assert torch.equal(decode_model.eval()(ids).logits, expected)
+            trainer.model.lm_head.weight.add_(1.0)
+            assert torch.equal(decode_model(ids).logits, expected)
 
 
 def test_fp32_decodes_with_the_model_itself(tmp_path):
