@@ -70,7 +70,7 @@ from minimind_trl.data.drills import copy_drills
 from minimind_trl.data.gold import gold_file_rows
 from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.fsio import FolderInUseError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.fsio import FolderLockError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
                            args.seeds, args.ablation, args.budget)
-    except (DemoError, FolderInUseError) as exc:
+    except (DemoError, FolderLockError) as exc:
         print(f"minimind-trl demo: {exc}", file=sys.stderr)
         return 2
     print()

@@ -91,7 +91,7 @@ from pathlib import Path
 from typing import Any
 
 from minimind_trl.eval.folder import EvalFolder
-from minimind_trl.fsio import FolderInUseError, folder_lock, write_json_atomic
+from minimind_trl.fsio import FolderLockError, folder_lock, write_json_atomic
 from minimind_trl.modeling.checkpoints import resolve_checkpoint
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import run_cli
@@ -766,7 +766,7 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return sweep(args, argv, runner or subprocess_runner(args.launcher))
-    except (SweepError, FolderInUseError) as exc:
+    except (SweepError, FolderLockError) as exc:
         print(f"{PREFIX}: {exc}", file=sys.stderr)
         return 2
 

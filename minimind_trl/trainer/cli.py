@@ -19,7 +19,7 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
-from minimind_trl.fsio import FolderInUseError, lock_folder, sha256_file, unlock_folder
+from minimind_trl.fsio import FolderLockError, lock_folder, sha256_file, unlock_folder
 from minimind_trl.run_folder import INITIAL_MODEL
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.trainer import build, run
@@ -52,7 +52,7 @@ def _on_main(state, func: Callable[[], Any]) -> Any:
     if state.is_main_process:
         try:
             payload[0] = ("ok", func())
-        except (RecipeError, RunFolderError, FileNotFoundError, FolderInUseError) as exc:
+        except (RecipeError, RunFolderError, FileNotFoundError, FolderLockError) as exc:
             payload[0] = ("error", f"{type(exc).__name__}: {exc}")
     if state.num_processes > 1:
         broadcast_object_list(payload)
