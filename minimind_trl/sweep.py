@@ -95,6 +95,7 @@ from minimind_trl.fsio import FolderLockError, folder_lock, write_json_atomic
 from minimind_trl.modeling.checkpoints import resolve_checkpoint
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import run_cli
+from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 
@@ -689,6 +690,10 @@ def write_record(plan: Plan, argv: list[str], started: str, extra: dict[str, Any
 
 def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
     started = _now()
+    try:  # OUT: never the root or home folder, under a file, or a run, split, eval or demo folder
+        check_output_folder(args.output_dir, own=("sweep-*.json",), reuse=lambda folder: True)
+    except OutputTargetError as exc:
+        raise SweepError(f"--output-dir: {exc}") from None
     if args.gpus:
         if args.eval_device.startswith("cuda:"):
             raise SweepError(f"--eval-device {args.eval_device} with --gpus: each child sees only its slot's GPUs; "

@@ -6,7 +6,8 @@
                               [--sizes 17894,994,994 | --fractions 0.9,0.05,0.05] [--skip-invalid]
     minimind-trl data verify DIR
 
-A data problem (malformed row, non-empty output folder, ...) prints one line
+A data problem (malformed row, non-empty output folder, an output that is an input or a run,
+split, eval, sweep or demo record: :mod:`minimind_trl.targets`, ...) prints one line
 ``minimind-trl data: error: ...`` on stderr and exits with status 2.
 """
 
@@ -22,6 +23,7 @@ from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import DataError, write_jsonl_atomic
+from minimind_trl.targets import check_output_file, check_output_folder
 
 PREFIX = "minimind-trl data"
 
@@ -70,7 +72,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_targets(args: argparse.Namespace) -> None:
+    """Every output through the one target rule (:mod:`minimind_trl.targets`), before anything is
+    computed: never an input, a run, split, eval, sweep or demo record, or a folder above an input."""
+    if args.command == "generate":
+        check_output_file(args.output)
+        if args.gold_sft:
+            check_output_file(args.gold_sft)
+            if Path(args.gold_sft).resolve() == Path(args.output).resolve():
+                raise DataError(f"--output and --gold-sft name the same file ({args.output}); give two files")
+    elif args.command == "gold":
+        check_output_file(args.output, sources=[args.input])
+    elif args.command == "prepare":
+        check_output_folder(args.output_dir, sources=args.input)
+
+
 def _run(args: argparse.Namespace) -> None:
+    _check_targets(args)
     if args.command == "generate":
         registry = default_registry()
         tasks = generate_tasks(args.num_tasks, args.seed, registry=registry, max_distractors=args.max_distractors)

@@ -9,8 +9,8 @@ and score it with the same verifier as the training reward
 (`minimind_trl.rewards.evaluate_completion` on the completion text). Optionally sample
 ``num_samples`` trajectories per question at ``temperature`` and report the unbiased pass@k.
 
-Output folder (must not exist or be empty; built beside it and committed whole, see
-:mod:`.folder`):
+Output folder (must not exist or be empty, and no input of the evaluation; locked while it is
+written; built beside it and committed whole, see :mod:`.folder`):
 
 * ``records.jsonl`` — one record per question, in split order (keys: see :func:`build_record`;
   with pass@k also ``samples`` = {n, num_correct, temperature, successes} and ``pass_at_k`` =
@@ -40,13 +40,14 @@ from minimind_trl.data.splits import read_split
 from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
-from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS, EvalFolder
+from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS
 from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics
 from minimind_trl.eval.stats import pass_at_k
 from minimind_trl.fsio import (
     DataError,
     DataFormatError,
     build_directory,
+    folder_lock,
     sha256_file,
     write_json_atomic,
     write_jsonl_atomic,
@@ -54,6 +55,7 @@ from minimind_trl.fsio import (
 from minimind_trl.modeling.checkpoints import CheckpointInfo, load_checkpoint_tokenizer, load_model, resolve_checkpoint
 from minimind_trl.rewards import evaluate_completion
 from minimind_trl.run_folder import RunFolder
+from minimind_trl.targets import OutputTargetError, TargetNotEmptyError, check_output_folder
 
 MANIFEST_FORMAT = "minimind-trl.eval/1"
 
@@ -185,9 +187,15 @@ def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dic
     return tasks, info
 
 
-def _check_output_dir(output_dir: Path) -> None:
-    if not EvalFolder(output_dir).is_empty():
-        raise OutputDirNotEmptyError(f"output folder {output_dir} is not empty (evaluation never overwrites results)")
+def _check_output_dir(output_dir: Path, sources: tuple = ()) -> None:
+    """The output must be new or empty and no input of the evaluation (:mod:`minimind_trl.targets`)."""
+    try:
+        check_output_folder(output_dir, sources=sources)
+    except TargetNotEmptyError:
+        raise OutputDirNotEmptyError(f"output folder {output_dir} is not empty (evaluation never overwrites "
+                                     "results)") from None
+    except OutputTargetError as exc:
+        raise EvalError(str(exc)) from None
 
 
 def _versions() -> dict:
@@ -242,10 +250,22 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
                    split: str = "test", preset: str | None = None, tokenizer_path: str | os.PathLike | None = None,
                    settings: EvalSettings = EvalSettings(), device: str = "auto", progress: bool = True,
                    allow_tokenizer_mismatch: bool = False) -> Path:
-    """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it."""
+    """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it.
+
+    The output folder must be new or empty and no input (the checkpoint, the split folder, a folder
+    above them); it is locked for the whole evaluation, so a second evaluation into it is refused
+    (:class:`~minimind_trl.fsio.FolderInUseError`) instead of sharing its staging folder."""
     out = Path(output_dir)
-    _check_output_dir(out)
+    _check_output_dir(out, (checkpoint, split_dir))
     settings.validate()
+    with folder_lock(out, "minimind-trl eval"):
+        return _evaluate_into(out, checkpoint, split_dir, split, preset, tokenizer_path, settings, device, progress,
+                              allow_tokenizer_mismatch)
+
+
+def _evaluate_into(out: Path, checkpoint, split_dir, split: str, preset, tokenizer_path, settings: EvalSettings,
+                   device: str, progress: bool, allow_tokenizer_mismatch: bool) -> Path:
+    """:func:`run_evaluation` with the output folder checked and locked."""
     device = resolve_device(device)
     settings = with_run_tools(settings, checkpoint)
     info: CheckpointInfo = resolve_checkpoint(checkpoint, preset)
