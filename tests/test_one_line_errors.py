@@ -143,6 +143,22 @@ def test_completion_length_is_bounded(tmp_path, split_dir, capsys):
     one_line_exit_2(code, capsys, "rollout.max_completion_length", "32768")
 
 
+def test_group_size_is_bounded(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
+    code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", "rollout.group_size=1000000000"])
+    one_line_exit_2(code, capsys, "rollout.group_size", "1024")
+
+
+@pytest.mark.parametrize("option, value, bound", [
+    ("--max-new-tokens", "100000000", "32768"), ("--max-tool-turns", "100000", "64"),
+    ("--batch-size", "1000000000", "4096"), ("--num-samples", "1000000", "1024"),
+])
+def test_eval_limits_are_bounded(option, value, bound, tmp_path, split_dir, capsys):
+    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(split_dir), "--output-dir",
+                      str(tmp_path / "e"), option, value])
+    one_line_exit_2(code, capsys, option, bound)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a GPU")
 def test_eval_on_a_device_this_torch_cannot_use(tmp_path, split_dir, capsys):
     code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(split_dir), "--output-dir",

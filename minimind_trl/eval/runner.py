@@ -37,6 +37,7 @@ import transformers
 from minimind_trl import __version__
 from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import read_split
+from minimind_trl.envs.protocol import MAX_TOOL_TURNS, MAX_TURN_TOKENS
 from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
@@ -58,6 +59,10 @@ from minimind_trl.run_folder import RunFolder
 from minimind_trl.targets import OutputTargetError, TargetNotEmptyError, check_output_folder
 
 MANIFEST_FORMAT = "minimind-trl.eval/1"
+MAX_EVAL_BATCH = 4096
+"""Upper bound of ``--batch-size`` (rows decoded together; the protocol's evaluations use 16 to 64)."""
+MAX_SAMPLES = 1024
+"""Upper bound of ``--num-samples`` (sampled trajectories per question for pass@k)."""
 
 
 @dataclass(frozen=True)
@@ -76,17 +81,27 @@ class EvalSettings:
     tools: tuple[str, ...] = ()  # tool plugins beyond the built-ins (a run's rollout.tools)
     tool_names: tuple[str, ...] | None = None  # the tools offered (a run's rollout.tool_names); None: all
 
-    def validate(self) -> None:
-        if self.batch_size < 1 or self.max_new_tokens < 1 or self.max_tool_turns < 0:
-            raise EvalError("need --batch-size >= 1, --max-new-tokens >= 1 and --max-tool-turns >= 0")
-        if self.limit is not None and self.limit < 1:
-            raise EvalError(f"--limit must be positive, got {self.limit}")
+    def validate(self, prefix: str = "") -> None:
+        """Every setting in its range, else one :class:`EvalError` naming the option (``--{prefix}NAME``:
+        the sweep passes ``eval-``) and its bound."""
+        _check_int(self.batch_size, 1, MAX_EVAL_BATCH, f"--{prefix}batch-size")
+        _check_int(self.max_new_tokens, 1, MAX_TURN_TOKENS, f"--{prefix}max-new-tokens")
+        _check_int(self.max_tool_turns, 0, MAX_TOOL_TURNS, f"--{prefix}max-tool-turns")
+        _check_int(self.num_samples, 1, MAX_SAMPLES, f"--{prefix}num-samples")
+        if self.limit is not None:
+            _check_int(self.limit, 1, None, f"--{prefix}limit")
         if self.pass_k:
             if min(self.pass_k) < 1 or max(self.pass_k) > self.num_samples:
                 raise EvalError(f"pass@k needs 1 <= k <= --num-samples ({self.num_samples}); "
                                 f"got k = {list(self.pass_k)}")
             if not math.isfinite(self.temperature) or self.temperature <= 0:
                 raise EvalError(f"sampling needs a finite --temperature > 0, got {self.temperature}")
+
+
+def _check_int(value, low: int, high: int | None, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise EvalError(f"{option} must be an int {span}, got {value!r}")
 
 
 def _user_question(task: dict) -> str:
