@@ -18,6 +18,7 @@ from helpers import write_recipe
 from minimind_trl import demo
 from minimind_trl.eval.cli import eval_main, summarize_main
 from minimind_trl.eval.runner import resolve_device
+from minimind_trl.fsio import sha256_file
 from minimind_trl.trainer import cli, run
 
 
@@ -102,7 +103,9 @@ def _eval_folder(path: Path, n_tool_calls: int = 1) -> Path:
     record = {"id": "q1", "success": True, "all_gt_covered": True, "gt_hits": [True], "n_tool_calls": n_tool_calls,
               "answer_length": 3}
     (path / "records.jsonl").write_text(json.dumps(record) + "\n")
-    (path / "eval_manifest.json").write_text(json.dumps({"split": {"name": "test", "manifest_sha256": "a" * 64}}))
+    split = {"name": "test", "manifest_sha256": "a" * 64, "evaluated": 1}
+    outputs = {"records.jsonl": sha256_file(path / "records.jsonl")}
+    (path / "eval_manifest.json").write_text(json.dumps({"split": split, "outputs": outputs}))
     return path
 
 

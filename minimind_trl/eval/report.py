@@ -92,6 +92,16 @@ def _fixed_broken_section(summary: dict) -> list[str]:
     return lines
 
 
+def _unverified_lines(summary: dict) -> list[str]:
+    """A warning naming the eval folders summarised with ``--allow-unhashed`` (no hashes to check)."""
+    folders = [f"`{info['path']}`" for cond in summary["conditions"].values() for info in cond["seeds"].values()
+               if info.get("unverified")]
+    if not folders:
+        return []
+    return ["", f"**WARNING: unverified evaluations** (summarised with --allow-unhashed: their manifests record no "
+                f"SHA-256 or record count, so edits after evaluation cannot be detected): {', '.join(folders)}."]
+
+
 def render_markdown(summary: dict) -> str:
     """summary.md: provenance, one table per metric (each with the smallest Δ it resolves), the
     interaction, questions fixed / broken."""
@@ -108,6 +118,7 @@ def render_markdown(summary: dict) -> str:
     for name, cond in summary["conditions"].items():
         for seed, info in cond["seeds"].items():
             lines.append(f"| {name} | {seed} | `{info['checkpoint_sha256']}` | `{info['path']}` |")
+    lines += _unverified_lines(summary)
     for metric, rows in summary["metrics"].items():
         lines += ["", _table_heading(summary, metric), "",
                   "| condition | seeds | mean | 95% CI | per seed | Δ vs baseline | Δ 95% CI (questions) | "
