@@ -53,7 +53,13 @@ from minimind_trl.fsio import (
     write_json_atomic,
     write_jsonl_atomic,
 )
-from minimind_trl.modeling.checkpoints import CheckpointInfo, load_checkpoint_tokenizer, load_model, resolve_checkpoint
+from minimind_trl.modeling.checkpoints import (
+    CheckpointInfo,
+    check_tokenizer_fits,
+    load_checkpoint_tokenizer,
+    load_model,
+    resolve_checkpoint,
+)
 from minimind_trl.rewards import evaluate_completion
 from minimind_trl.run_folder import RunFolder
 from minimind_trl.targets import OutputTargetError, TargetNotEmptyError, check_output_folder
@@ -290,6 +296,7 @@ def _evaluate_into(out: Path, checkpoint, split_dir, split: str, preset, tokeniz
     tokenizer, tokenizer_source, tokenizer_sha = load_checkpoint_tokenizer(info, tokenizer_path,
                                                                            allow_tokenizer_mismatch)
     model = load_model(info, device)
+    check_tokenizer_fits(model, tokenizer, info.path)
 
     records = evaluate_tasks(model, tokenizer, tasks, settings, progress=progress)
     metrics = compute_metrics(records, settings.pass_k)

@@ -21,7 +21,13 @@ from pathlib import Path
 import torch
 
 from minimind_trl.fsio import FolderLockError
-from minimind_trl.modeling.checkpoints import CheckpointError, load_checkpoint_tokenizer, load_model, resolve_checkpoint
+from minimind_trl.modeling.checkpoints import (
+    CheckpointError,
+    check_tokenizer_fits,
+    load_checkpoint_tokenizer,
+    load_model,
+    resolve_checkpoint,
+)
 from minimind_trl.modeling.gguf_export import is_gguf_file, save_gguf
 from minimind_trl.modeling.hub import EARLIER_EXPORT, is_hub_export, save_for_hub
 from minimind_trl.targets import writing
@@ -80,6 +86,7 @@ def _export(args: argparse.Namespace, source: Path, manifest: Path | None) -> Pa
     info = resolve_checkpoint(source, args.preset)
     model = load_model(info)
     tokenizer, _, _ = load_checkpoint_tokenizer(info, args.tokenizer, args.allow_tokenizer_mismatch)
+    check_tokenizer_fits(model, tokenizer, info.path)
     if args.format == "gguf":
         return save_gguf(model, tokenizer, args.out, args.outtype or "f16", pre=args.gguf_pre, name=args.name)
     dtype = {None: torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
