@@ -247,23 +247,24 @@ def with_run_tools(settings: EvalSettings, checkpoint: str | os.PathLike) -> Eva
     return replace(settings, tools=trained_with[0], tool_names=trained_with[1])
 
 
-def resolve_device(name: str) -> str:
+def resolve_device(name: str, option: str = "--device") -> str:
     """``auto`` → ``cuda`` when this torch build sees a GPU, else ``cpu``; any other name must be a
-    device this torch can use (else a one-line EvalError, not a traceback from the first tensor)."""
+    device this torch can use (else a one-line EvalError naming ``option``, not a traceback from the
+    first tensor)."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError) as exc:
-        raise EvalError(f"--device {name!r} is not a torch device ({str(exc).splitlines()[0]})") from None
+        raise EvalError(f"{option} {name!r} is not a torch device ({str(exc).splitlines()[0]})") from None
     usable = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
               "mps": lambda: torch.backends.mps.is_available()}.get(device.type, lambda: False)
     if not usable():
-        raise EvalError(f"--device {name!r} is not usable here: torch {torch.__version__} "
+        raise EvalError(f"{option} {name!r} is not usable here: torch {torch.__version__} "
                         f"({'no CUDA in this build' if torch.version.cuda is None else 'no visible GPU'}); "
-                        "use --device auto or cpu")
+                        f"use {option} auto or cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise EvalError(f"--device {name!r}: only {torch.cuda.device_count()} GPU(s) visible")
+        raise EvalError(f"{option} {name!r}: only {torch.cuda.device_count()} GPU(s) visible")
     return name
 
 
