@@ -268,3 +268,13 @@ def test_the_rule_itself(tmp_path, monkeypatch):
     (tmp_path / "home" / "link").symlink_to(busy)
     with pytest.raises(OutputTargetError, match="symlink"):
         check_output_folder(tmp_path / "home" / "link")
+
+
+def test_data_prepare_into_a_locked_folder_is_refused(tmp_path, holder, capsys):
+    tasks = tmp_path / "t.jsonl"
+    write_jsonl_atomic(tasks, generate_tasks(8, seed=1))
+    out = tmp_path / "splits"
+    proc = holder(out)
+    refused(data_main(["prepare", "--input", str(tasks), "--output-dir", str(out), "--sizes", "4,2,2"]), capsys,
+            f"pid {proc.pid}")
+    assert not out.exists() and not (tmp_path / ".staging-splits").exists()
