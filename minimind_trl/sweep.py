@@ -67,6 +67,11 @@ pre-flight checks (:func:`preflight`: plugins such as E4's reward model, the tok
 start folder's, a dense start for the MoE protocol), exit 2 when any fails. OUT is locked for the
 life of a sweep (a second sweep into it exits 2 naming the first).
 
+Every evaluation and launch setting (``--eval-*``, ``--eval-device``, ``--n-resamples``, ``--gpus``,
+``--launcher``) is checked before anything runs, with eval's and summarize's own rules
+(:func:`check_eval_settings`, :func:`check_launch`), and OUT by the output-target rule
+(:mod:`minimind_trl.targets`: never a run, split, eval or demo folder, the root or home folder).
+
 Exit status: 0 when every condition trained and was evaluated, 1 when some command failed (the
 others still ran; see the log named in the message), 2 for bad arguments, a conflicting or locked
 OUT, or a failed pre-flight check.
