@@ -50,15 +50,30 @@ class TargetNotEmptyError(OutputTargetError):
     """The output folder is not empty and not an earlier output of the same command."""
 
 
-def _markers(folder: Path, own: Iterable[str]) -> list[tuple[str, str]]:
+def _markers(folder: Path, own: Iterable[str], target: Path) -> list[tuple[str, str]]:
     """(file name, what it marks) for every record in ``folder`` that is not one of ``own``."""
     mine = set(own)
     found = []
-    for name in sorted(os.listdir(folder)):
+    for name in _entries(folder, target):
         for pattern, what in MARKERS.items():
             if pattern not in mine and fnmatch.fnmatchcase(name, pattern):
                 found.append((name, what))
     return found
+
+
+def _resolved(target: Path) -> Path:
+    """``target`` made absolute with its links followed; a link loop is a one-line error."""
+    try:
+        return target.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (pathlib)
+        raise OutputTargetError(f"{target}: cannot resolve it ({exc})") from None
+
+
+def _entries(folder: Path, target: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError as exc:
+        raise OutputTargetError(f"{target}: cannot list it ({exc.strerror or exc})") from None
 
 
 def _home() -> Path | None:
@@ -86,7 +101,7 @@ def _check_place(target: Path, path: Path) -> None:
 def _check_sources(target: Path, path: Path, sources: Iterable[str | os.PathLike]) -> None:
     """Refuse an output that is an input, holds one, or lies inside an input folder."""
     for source in sources:
-        src = Path(source).resolve()
+        src = _resolved(Path(source))
         same = path == src or (path.exists() and src.exists() and os.path.samefile(path, src))
         if same:
             raise OutputTargetError(f"{target} is this command's input; write the output elsewhere")
@@ -106,18 +121,18 @@ def check_output_folder(target: str | os.PathLike, *, sources: Iterable[str | os
     the same command (None: only a missing or empty folder); ``expect`` says what it accepts, for
     the message (e.g. "an earlier minimind export")."""
     target = Path(target)
-    path = target.resolve()
+    path = _resolved(target)
     _check_place(target, path)
     _check_sources(target, path, sources)
     if not path.exists():
         return target
     if not path.is_dir():
         raise OutputTargetError(f"{target} is a file, not a folder")
-    found = _markers(path, own)
+    found = _markers(path, own, target)
     if found:
         name, what = found[0]
         raise OutputTargetError(f"{target} holds {what} ({name}); it is never written over: choose a new folder")
-    if any(path.iterdir()) and (reuse is None or not reuse(path)):
+    if _entries(path, target) and (reuse is None or not reuse(path)):
         tail = f" and not {expect}" if expect else ""
         raise TargetNotEmptyError(f"{target} is not empty{tail}; choose a new or empty folder")
     return target
@@ -128,7 +143,7 @@ def check_output_file(target: str | os.PathLike, *, sources: Iterable[str | os.P
     """``target`` as a file a command may write (module docstring); returns it. ``reuse(file)``:
     whether an existing file may be replaced (None: any file outside a folder holding a record)."""
     target = Path(target)
-    path = target.resolve()
+    path = _resolved(target)
     _check_place(target, path)
     _check_sources(target, path, sources)
     if path.is_dir():
@@ -138,8 +153,9 @@ def check_output_file(target: str | os.PathLike, *, sources: Iterable[str | os.P
             raise OutputTargetError(f"{target} bears the name of {what}; choose another file name")
     if not path.exists():
         return target
-    if path.parent.is_dir() and _markers(path.parent, ()):
-        name, what = _markers(path.parent, ())[0]
+    found = _markers(path.parent, (), target) if path.parent.is_dir() else []
+    if found:
+        name, what = found[0]
         raise OutputTargetError(f"{target} belongs to a folder that holds {what} ({name}); it is never written over")
     if reuse is not None and not reuse(path):
         raise OutputTargetError(f"{target} exists and is not {expect or 'a file this command writes'}; "

@@ -268,6 +268,10 @@ def test_the_rule_itself(tmp_path, monkeypatch):
     (tmp_path / "home" / "link").symlink_to(busy)
     with pytest.raises(OutputTargetError, match="symlink"):
         check_output_folder(tmp_path / "home" / "link")
+    loop = tmp_path / "home" / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(OutputTargetError, match="loop"):
+        check_output_folder(loop / "out")
 
 
 def test_data_prepare_into_a_locked_folder_is_refused(tmp_path, holder, capsys):
