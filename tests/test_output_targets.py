@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from minimind_trl import demo, sweep
+from minimind_trl import demo, fsio, sweep
 from minimind_trl.cli import main as cli_main
 from minimind_trl.data.cli import main as data_main
 from minimind_trl.data.generator import generate_tasks
@@ -27,9 +27,11 @@ from minimind_trl.run_folder import MANIFEST
 from minimind_trl.targets import MARKERS, OutputTargetError, TargetNotEmptyError, check_output_folder
 
 HOLD = textwrap.dedent("""
-    import sys, time
-    from minimind_trl.fsio import lock_folder
-    lock_folder(sys.argv[1], "holder under test")
+    import importlib.util, sys, time
+    spec = importlib.util.spec_from_file_location("fsio", sys.argv[2])  # fsio alone: no torch to import
+    fsio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fsio)
+    fsio.lock_folder(sys.argv[1], "holder under test")
     print("locked", flush=True)
     time.sleep(600)
 """)
@@ -70,7 +72,8 @@ def holder(tmp_path):
     procs = []
 
     def hold(path: Path) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), fsio.__file__], stdout=subprocess.PIPE,
+                                text=True)
         assert proc.stdout.readline().strip() == "locked"
         procs.append(proc)
         return proc
