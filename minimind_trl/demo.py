@@ -70,9 +70,10 @@ from minimind_trl.data.drills import copy_drills
 from minimind_trl.data.gold import gold_file_rows
 from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.fsio import FolderInUseError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
+from minimind_trl.fsio import FolderLockError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
+from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 
 CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
@@ -505,8 +506,10 @@ def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, nu
     """Run every stage into ``out``; returns the path of ``summary.md``. ``num_seeds`` RL seeds per
     condition (default: the size's); ``ablation`` adds the 2x2 cells; ``budget_min`` fits the RL
     stage into that many minutes (module docstring)."""
-    if out.exists() and not out.is_dir():
-        raise DemoError(f"--output-dir {out} is a file, not a folder: name a new or existing demo folder")
+    try:  # never the root or home folder, under a file, or a run, split, eval or sweep folder
+        check_output_folder(out, own=(TIMINGS_FILE,), reuse=lambda folder: True)
+    except OutputTargetError as exc:
+        raise DemoError(f"--output-dir: {exc}") from None
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "minimind-trl demo"):
         return _run_stages(out, size, seed, resume, num_seeds, ablation, budget_min)
@@ -582,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
                            args.seeds, args.ablation, args.budget)
-    except (DemoError, FolderInUseError) as exc:
+    except (DemoError, FolderLockError) as exc:
         print(f"minimind-trl demo: {exc}", file=sys.stderr)
         return 2
     print()

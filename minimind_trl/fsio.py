@@ -27,19 +27,23 @@ one under ``.old-NAME``); :func:`recover_directory`, run by the next commit and 
 the run folder, moves a lone ``.old-NAME`` back and deletes one whose replacement is in place. One
 writer per target at a time. Both names are hidden and do not match ``checkpoint-*`` globs.
 
-Locks. :func:`lock_folder` gives one process at a time a run, demo or sweep folder: an ``flock`` on
-``.NAME.lock`` beside the folder, holding the holder's pid and command. The kernel drops it when the
-process dies, so a lock left by a killed run is taken over (and says so); a live holder is named in
-:class:`FolderInUseError`.
+Locks. :func:`lock_folder` gives one process at a time a run, demo, sweep, eval or export target: an
+``flock`` on ``.NAME.lock`` beside it, holding the holder's pid and command, removed on release. The
+kernel drops the lock when the process dies, so a lock left by a killed run is taken over (and says
+so); a live holder is named in :class:`FolderInUseError`. The lock file is opened with
+``O_NOFOLLOW`` and must be a regular file; any path that cannot be one is a one-line
+:class:`FolderLockError`.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -484,7 +488,11 @@ def build_directory(target: str | os.PathLike) -> Iterator[Path]:
 # ------------------------------------------------------------------------------------------- locks
 
 
-class FolderInUseError(RuntimeError):
+class FolderLockError(RuntimeError):
+    """The folder's lock cannot be taken (:func:`lock_folder`): the message is one line naming the lock file."""
+
+
+class FolderInUseError(FolderLockError):
     """Another live process holds the folder's lock (:func:`lock_folder`)."""
 
 
@@ -506,26 +514,73 @@ def _holder(text: str) -> str:
         return "another process"
 
 
+_LOCK_ATTEMPTS = 8  # a lock file unlinked by its releaser between our open and flock is opened again
+
+
+def _open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path`` (created if missing), never through a symlink
+    (``O_NOFOLLOW``) and never anything but a regular file; a path that cannot be one raises a
+    one-line :class:`FolderLockError` naming it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FolderLockError(f"lock file {path} is a symlink; refusing to follow it (remove it)") from None
+        if exc.errno == errno.EISDIR:
+            raise FolderLockError(f"lock file {path} is a folder, not a regular file (remove it)") from None
+        raise FolderLockError(f"cannot create lock file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise FolderLockError(f"lock file {path} is not a regular file (a FIFO, a device, ...); remove it")
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (a releaser may have unlinked it)."""
+    try:
+        on_disk, held = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _flocked(path: Path, key: Path) -> int:
+    """A descriptor of ``path`` holding its exclusive ``flock``; the file it names is the one locked."""
+    for _ in range(_LOCK_ATTEMPTS):
+        fd = _open_lock_file(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            previous = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+            os.close(fd)
+            raise FolderInUseError(f"{key} is in use by {_holder(previous)}; wait for it to finish or stop it "
+                                   f"(lock file {path})") from None
+        if _same_file(fd, path):
+            return fd
+        os.close(fd)  # its holder released it and removed the file meanwhile: lock the new one
+    raise FolderLockError(f"lock file {path} keeps being replaced; another process is taking and releasing it")
+
+
 def lock_folder(folder: str | os.PathLike, command: str) -> None:
     """Take the exclusive lock of ``folder`` for this process (``flock`` on :func:`lock_path`,
     released by :func:`unlock_folder` or when the process dies, even by kill -9). Re-entrant within
     one process. A lock held by a live process raises :class:`FolderInUseError` naming the holder; a
-    lock file left by a dead one is taken over, and a line on stderr says so."""
+    lock file left by a dead one is taken over, and a line on stderr says so. A lock path that is a
+    symlink (never followed), a folder, a FIFO or in a folder this process cannot write, and the
+    root folder, raise :class:`FolderLockError` (one line)."""
     key = Path(folder).resolve()
     if key in _HELD:
         fd, depth = _HELD[key]
         _HELD[key] = (fd, depth + 1)
         return
+    if key.parent == key:
+        raise FolderLockError(f"{key}: the root folder is never a command's folder")
     path = lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        previous = os.pread(fd, 4096, 0).decode("utf-8", "replace")
-        os.close(fd)
-        raise FolderInUseError(f"{key} is in use by {_holder(previous)}; wait for it to finish or stop it "
-                               f"(lock file {path})") from None
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FolderLockError(f"cannot create lock file {path}: {exc.strerror or exc}") from None
+    fd = _flocked(path, key)
     previous = os.pread(fd, 4096, 0).decode("utf-8", "replace")
     if previous.strip():
         print(f"note: {key}: took over the lock of {_holder(previous)}, which is no longer running", file=sys.stderr)
@@ -537,7 +592,8 @@ def lock_folder(folder: str | os.PathLike, command: str) -> None:
 
 
 def unlock_folder(folder: str | os.PathLike) -> None:
-    """Release one :func:`lock_folder` of this process (the lock file is emptied at the last)."""
+    """Release one :func:`lock_folder` of this process; at the last, the lock file is removed
+    (while still locked, so a process waiting on the old file opens the path again)."""
     key = Path(folder).resolve()
     if key not in _HELD:
         return
@@ -545,7 +601,9 @@ def unlock_folder(folder: str | os.PathLike) -> None:
     if depth > 1:
         _HELD[key] = (fd, depth - 1)
         return
-    os.ftruncate(fd, 0)
+    path = lock_path(key)
+    if _same_file(fd, path):
+        path.unlink(missing_ok=True)
     os.close(fd)
 
 

@@ -10,7 +10,10 @@ goes with it; a folder without one is refused. With ``--eval EVAL_DIR`` (an eval
 very weights: its manifest's checkpoint SHA-256 must match) and/or ``--base-model HUB_ID`` the card
 of a ``minimind``-format folder is written anew for the upload, from the run's manifest, with the
 evaluation's headline metrics, the base model and the target repository in its load snippet (the
-folder on disk is left as it is). ``--dry-run`` lists what would be uploaded and prints the card.
+folder on disk is left as it is). What is uploaded is one list (:func:`upload_list`): every file of
+the folder but dot-files and dot-folders (``.env``, ``.git``, the leftovers of interrupted writes),
+which are named as left out; a symlink leading outside the folder refuses the push. ``--dry-run``
+prints that list (and the card); the upload commits exactly its files, one commit.
 Credentials are huggingface_hub's (``HF_TOKEN`` or ``hf auth login``); the network is used only
 here, and any failure (offline mode, no token, no permission) exits 2 with one line.
 """
@@ -18,14 +21,14 @@ here, and any failure (offline mode, no token, no permission) exits 2 with one l
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import HfApi
+from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import OfflineModeIsEnabled
-from huggingface_hub.utils import filter_repo_objects
 
 from minimind_trl.eval.folder import EvalFolder
 from minimind_trl.fsio import DataFormatError, read_json_file
@@ -34,8 +37,60 @@ from minimind_trl.modeling.card import model_card, read_manifest
 from minimind_trl.modeling.checkpoints import CheckpointError, resolve_checkpoint
 from minimind_trl.run_folder import MANIFEST
 
-IGNORED = [".staging-*", ".old-*", "*.tmp", ".*.lock"]
-"""Left-overs of an interrupted atomic write (fsio): never uploaded."""
+LEFTOVERS = (".staging-*", ".old-*", "*.tmp", ".*.lock")
+"""Left-overs of an interrupted atomic write (fsio): never uploaded, not listed."""
+DOT_FILE = "a dot-file: dot-files and dot-folders (.env, .git, ...) are never uploaded"
+
+
+@dataclass(frozen=True)
+class UploadList:
+    """What push uploads from a folder (``files``, paths relative to it, sorted) and what it leaves out
+    (``left_out``: path -> why). The dry run prints both; the upload commits exactly ``files``."""
+
+    files: tuple[str, ...]
+    left_out: dict[str, str]
+
+
+def _is_leftover(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in LEFTOVERS)
+
+
+def upload_list(folder: Path) -> UploadList:
+    """The one list of files push uploads from ``folder`` (the dry run prints it): every regular
+    file under it, links to files inside it included, but no dot-file or dot-folder (named in
+    ``left_out``, but for :data:`LEFTOVERS`). A symlink that leads outside the folder raises
+    :class:`CheckpointError`."""
+    root = folder.resolve()
+    files, left_out = [], {}
+    for top, dirs, names in os.walk(folder, followlinks=False):
+        here = Path(top)
+        for name in sorted(dirs):
+            relative = (here / name).relative_to(folder).as_posix()
+            if name.startswith(".") or (here / name).is_symlink():
+                dirs.remove(name)
+                _check_inside(here / name, root, folder)
+                if not _is_leftover(name):
+                    left_out[relative + "/"] = DOT_FILE if name.startswith(".") else "a linked folder"
+        for name in names:
+            path, relative = here / name, (here / name).relative_to(folder).as_posix()
+            _check_inside(path, root, folder)
+            if name.startswith("."):
+                if not _is_leftover(name):
+                    left_out[relative] = DOT_FILE
+            elif path.is_file():
+                files.append(relative)
+            else:
+                left_out[relative] = "not a regular file"
+    return UploadList(tuple(sorted(files)), dict(sorted(left_out.items())))
+
+
+def _check_inside(path: Path, root: Path, folder: Path) -> None:
+    """A symlink must lead to a place inside the folder being pushed."""
+    if path.is_symlink():
+        target = path.resolve()
+        if target != root and root not in target.parents:
+            raise CheckpointError(f"{path} links outside {folder} (to {target}); push uploads only the folder's own "
+                                  "files: replace the link with a copy or remove it")
 
 
 def upload_folder_of(path: str | Path) -> Path:
@@ -84,18 +139,11 @@ def fresh_card(folder: Path, repo_id: str, base_model: str | None, eval_dir: str
                       repo_id=repo_id, with_tokenizer=(folder / "tokenizer.json").is_file())
 
 
-def _linked_copy(folder: Path, files: list[str], card: str, into: Path) -> None:
-    """``files`` of ``folder`` hard-linked (copied where links fail) into ``into``, the new card beside them."""
-    for name in files:
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if name == "README.md":
-            continue
-        try:
-            os.link(folder / name, target)
-        except OSError:
-            target.write_bytes((folder / name).read_bytes())
-    (into / "README.md").write_text(card, encoding="utf-8")
+def _operations(folder: Path, files: tuple[str, ...], card: str | None) -> list[CommitOperationAdd]:
+    """One commit operation per listed file; the rewritten card, when there is one, replaces README.md."""
+    return [CommitOperationAdd(path_in_repo=name, path_or_fileobj=card.encode("utf-8")
+                               if card is not None and name == "README.md" else str(folder / name))
+            for name in files]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,29 +165,24 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         folder = upload_folder_of(args.folder)
+        listing = upload_list(folder)
         card = fresh_card(folder, args.repo_id, args.base_model, args.eval) if args.eval or args.base_model else None
     except (CheckpointError, OSError, ValueError) as exc:
         print(f"minimind-trl push: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    everything = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    files = list(filter_repo_objects(everything, ignore_patterns=IGNORED))  # huggingface_hub's own filter
     if args.dry_run:
-        print(f"would upload {len(files)} files of {folder} to {args.repo_id}:")
-        print("\n".join(f"  {name}" for name in files))
+        print(f"would upload {len(listing.files)} files of {folder} to {args.repo_id}:")
+        print("\n".join(f"  {name}" for name in listing.files))
+        _print_left_out(listing)
         if card is not None:
             print("\nwith this README.md:\n" + card)
         return 0
     api = HfApi()
     try:
         api.create_repo(args.repo_id, private=args.private, exist_ok=True, repo_type="model")
-        with tempfile.TemporaryDirectory(prefix="minimind-push-") as temporary:
-            source = folder
-            if card is not None:
-                source = Path(temporary)
-                _linked_copy(folder, files, card, source)
-            commit = api.upload_folder(folder_path=str(source), repo_id=args.repo_id, repo_type="model",
-                                       revision=args.revision, ignore_patterns=IGNORED,
-                                       commit_message=args.commit_message or f"Upload {folder.name}")
+        commit = api.create_commit(args.repo_id, _operations(folder, listing.files, card), repo_type="model",
+                                   revision=args.revision,
+                                   commit_message=args.commit_message or f"Upload {folder.name}")
     except OfflineModeIsEnabled:
         print("minimind-trl push: HF_HUB_OFFLINE is set: pushing needs the network (unset it for this command)",
               file=sys.stderr)
@@ -148,8 +191,15 @@ def main(argv: list[str]) -> int:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         print(f"minimind-trl push: {args.repo_id}: {first}", file=sys.stderr)
         return 2
-    print(f"pushed {len(files)} files of {folder} to {getattr(commit, 'commit_url', args.repo_id)}")
+    print(f"pushed {len(listing.files)} files of {folder} to {getattr(commit, 'commit_url', args.repo_id)}")
+    _print_left_out(listing)
     return 0
+
+
+def _print_left_out(listing: UploadList) -> None:
+    if listing.left_out:
+        print(f"not uploaded ({len(listing.left_out)}):")
+        print("\n".join(f"  {name}  ({why})" for name, why in listing.left_out.items()))
 
 
 if __name__ == "__main__":

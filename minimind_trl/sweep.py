@@ -67,6 +67,11 @@ pre-flight checks (:func:`preflight`: plugins such as E4's reward model, the tok
 start folder's, a dense start for the MoE protocol), exit 2 when any fails. OUT is locked for the
 life of a sweep (a second sweep into it exits 2 naming the first).
 
+Every evaluation and launch setting (``--eval-*``, ``--eval-device``, ``--n-resamples``, ``--gpus``,
+``--launcher``) is checked before anything runs, with eval's and summarize's own rules
+(:func:`check_eval_settings`, :func:`check_launch`), and OUT by the output-target rule
+(:mod:`minimind_trl.targets`: never a run, split, eval or demo folder, the root or home folder).
+
 Exit status: 0 when every condition trained and was evaluated, 1 when some command failed (the
 others still ran; see the log named in the message), 2 for bad arguments, a conflicting or locked
 OUT, or a failed pre-flight check.
@@ -90,11 +95,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from minimind_trl.eval import stats
+from minimind_trl.eval.errors import EvalError
 from minimind_trl.eval.folder import EvalFolder
-from minimind_trl.fsio import FolderInUseError, folder_lock, write_json_atomic
+from minimind_trl.eval.runner import EvalSettings, resolve_device
+from minimind_trl.fsio import FolderLockError, folder_lock, write_json_atomic
 from minimind_trl.modeling.checkpoints import resolve_checkpoint
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import run_cli
+from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 
@@ -753,16 +764,68 @@ def write_record(plan: Plan, argv: list[str], started: str, extra: dict[str, Any
     return path
 
 
-def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
-    started = _now()
+def visible_gpu_count() -> int:
+    """The GPUs this process's torch sees (``--gpus`` ids index them)."""
+    return torch.cuda.device_count()
+
+
+def check_launch(args: argparse.Namespace) -> None:
+    """``--gpus`` and ``--launcher``, before anything runs: GPU ids this process sees, a launcher
+    that parses and names a program on PATH, ``{port}`` only with ``--gpus``."""
     if args.jobs is not None and args.gpus:
         raise SweepError("--jobs and --gpus exclude each other: --gpus already runs one job per GPU slot")
     if args.gpus:
+        count = visible_gpu_count()
+        if count == 0:
+            raise SweepError("--gpus: torch sees no GPU here; run without --gpus (conditions then run one after "
+                             "another)")
+        ids = [int(i) for slot in args.gpus for i in slot.split(",")]
+        if max(ids) >= count:
+            raise SweepError(f"--gpus: GPU {max(ids)} asked for, but this process sees {count} GPU(s) (ids 0 to "
+                             f"{count - 1})")
         if args.eval_device.startswith("cuda:"):
             raise SweepError(f"--eval-device {args.eval_device} with --gpus: each child sees only its slot's GPUs; "
                              "use --eval-device auto or cuda")
         for slot in args.gpus:
             visible_devices(slot)  # refuses ids this process cannot see
+    if args.launcher is None:
+        return
+    try:
+        words = shlex.split(args.launcher)
+    except ValueError as exc:
+        raise SweepError(f"--launcher {args.launcher!r}: {exc}") from None
+    if not words or (shutil.which(words[0]) is None and not Path(words[0]).is_file()):
+        raise SweepError(f"--launcher {args.launcher!r}: {words[0] if words else 'nothing'!r} is not a program on "
+                         "PATH")
+    if "{port}" in args.launcher and not args.gpus:
+        raise SweepError("--launcher: {port} is replaced by each GPU slot's rendezvous port; it needs --gpus")
+
+
+def check_eval_settings(args: argparse.Namespace) -> None:
+    """The evaluation and summary settings, as ``eval`` and ``summarize`` would check them (same
+    bounds, :meth:`EvalSettings.validate`), before the first condition trains."""
+    settings = EvalSettings(batch_size=args.eval_batch_size, max_new_tokens=args.eval_max_new_tokens,
+                            max_tool_turns=args.eval_max_tool_turns, limit=args.eval_limit)
+    try:
+        settings.validate(prefix="eval-")
+        resolve_device(args.eval_device, option="--eval-device")
+    except EvalError as exc:
+        raise SweepError(str(exc)) from None
+    if args.n_resamples is not None:
+        try:
+            stats.check_settings(args.n_resamples, stats.DEFAULT_CONFIDENCE)
+        except ValueError as exc:
+            raise SweepError(f"--n-resamples: {exc}") from None
+
+
+def sweep(args: argparse.Namespace, argv: list[str], run: Runner) -> int:
+    started = _now()
+    try:  # OUT: never the root or home folder, under a file, or a run, split, eval or demo folder
+        check_output_folder(args.output_dir, own=("sweep-*.json",), reuse=lambda folder: True)
+    except OutputTargetError as exc:
+        raise SweepError(f"--output-dir: {exc}") from None
+    check_launch(args)
+    check_eval_settings(args)
     plan = plan_sweep(args)
     settings = eval_settings(args)
     if args.dry_run:
@@ -835,7 +898,7 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return sweep(args, argv, runner or subprocess_runner(args.launcher))
-    except (SweepError, FolderInUseError) as exc:
+    except (SweepError, FolderLockError) as exc:
         print(f"{PREFIX}: {exc}", file=sys.stderr)
         return 2
 

@@ -34,7 +34,8 @@ The layer order (lowest first), from the real dependencies of the finished restr
 0. ground floor -- leaf modules anyone may import: ``conversation`` (the conversation schema),
    ``fsio`` (atomic files, JSONL), ``metric_names``, ``plugins`` (the leaf loader), ``objectives``
    (pure torch formulas), ``subprocess_runner`` (child ``minimind-trl`` commands), ``run_folder``
-   (a training run folder's layout, which eval, sweep and demo read);
+   (a training run folder's layout, which eval, sweep and demo read), ``targets`` (the one rule
+   every command checks its output target with);
 1. ``tokenization`` -- tokenizer building, loading and the chat template;
 2. ``modeling`` -- the model, its config, checkpoints (with the tokenizer each is loaded with),
    exports and the aux-loss wrapper for TRL's fused head;
@@ -81,7 +82,7 @@ DISPATCHER = f"{PACKAGE}.cli"
 # exist yet (modules other restructuring steps create) simply match nothing.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground floor", ("conversation", "fsio", "metric_names", "plugins", "objectives", "subprocess_runner",
-                      "run_folder")),
+                      "run_folder", "targets")),
     ("tokenization", ("tokenization",)),
     ("modeling", ("modeling",)),
     ("engine", ("engine",)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,12 @@ import torch
 from helpers import write_recipe
 
 from minimind_trl import demo
+from minimind_trl.cli import main as cli_main
 from minimind_trl.eval.cli import eval_main, summarize_main
 from minimind_trl.eval.runner import resolve_device
+from minimind_trl.fsio import sha256_file
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer import cli, run
 
 
@@ -102,7 +107,9 @@ def _eval_folder(path: Path, n_tool_calls: int = 1) -> Path:
     record = {"id": "q1", "success": True, "all_gt_covered": True, "gt_hits": [True], "n_tool_calls": n_tool_calls,
               "answer_length": 3}
     (path / "records.jsonl").write_text(json.dumps(record) + "\n")
-    (path / "eval_manifest.json").write_text(json.dumps({"split": {"name": "test", "manifest_sha256": "a" * 64}}))
+    split = {"name": "test", "manifest_sha256": "a" * 64, "evaluated": 1}
+    outputs = {"records.jsonl": sha256_file(path / "records.jsonl")}
+    (path / "eval_manifest.json").write_text(json.dumps({"split": split, "outputs": outputs}))
     return path
 
 
@@ -143,6 +150,22 @@ def test_completion_length_is_bounded(tmp_path, split_dir, capsys):
     one_line_exit_2(code, capsys, "rollout.max_completion_length", "32768")
 
 
+def test_group_size_is_bounded(tmp_path, split_dir, capsys):
+    recipe = write_recipe(tmp_path, split_dir)
+    code = cli.main([str(recipe), "--output-dir", str(tmp_path / "o"), "--set", "rollout.group_size=1000000000"])
+    one_line_exit_2(code, capsys, "rollout.group_size", "1024")
+
+
+@pytest.mark.parametrize("option, value, bound", [
+    ("--max-new-tokens", "100000000", "32768"), ("--max-tool-turns", "100000", "64"),
+    ("--batch-size", "1000000000", "4096"), ("--num-samples", "1000000", "1024"),
+])
+def test_eval_limits_are_bounded(option, value, bound, tmp_path, split_dir, capsys):
+    code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(split_dir), "--output-dir",
+                      str(tmp_path / "e"), option, value])
+    one_line_exit_2(code, capsys, option, bound)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a GPU")
 def test_eval_on_a_device_this_torch_cannot_use(tmp_path, split_dir, capsys):
     code = eval_main(["--checkpoint", str(tmp_path / "nowhere"), "--split-dir", str(split_dir), "--output-dir",
@@ -168,3 +191,65 @@ def test_e4_without_a_reward_model_names_the_option_before_building(tmp_path, sp
                      "--set", f"rewards.0.options.path={tmp_path / 'no_such_model'}"])
     one_line_exit_2(code, capsys, "rewards.0.options.path", "not a folder", "never looked up on the Hub")
     assert not folder.exists() or not any(folder.iterdir())  # nothing built, no initial_model/
+
+
+# ------------------------------------------- issue 40.6: broken checkpoints are one line, not a traceback
+
+
+def _edit_config(**changes):
+    def edit(folder: Path) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return edit
+
+
+def _truncate(file: Path, size: int) -> None:
+    file.write_bytes(file.read_bytes()[:size])
+
+
+BROKEN_CHECKPOINTS = {
+    "empty_weights": (lambda f: (f / "model.safetensors").write_bytes(b""), "model.safetensors"),
+    "truncated_weights": (lambda f: _truncate(f / "model.safetensors", 4000), "model.safetensors"),
+    "config_not_json": (lambda f: (f / "config.json").write_text("{"), "config.json"),
+    "config_not_an_object": (lambda f: (f / "config.json").write_text("[1]"), "config.json"),
+    "config_heads": (_edit_config(num_attention_heads=3), "num_attention_heads"),
+    "config_hidden_size": (_edit_config(hidden_size=128), "does not fit"),
+    "config_vocab_size": (_edit_config(vocab_size=100), "embed_tokens"),
+    "config_unknown_model_type": (_edit_config(model_type="nonsense"), "config.json"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny Hub export, and one whose consistent config has fewer ids than its tokenizer."""
+    root = tmp_path_factory.mktemp("ckpt")
+    torch.manual_seed(0)
+    good = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), load_tokenizer(), root / "good")
+    small = save_for_hub(MiniMindForCausalLM(get_preset("tiny", vocab_size=100)), load_tokenizer(), root / "small")
+    return good, small
+
+
+def _broken(checkpoint, tmp_path, case) -> Path:
+    folder = tmp_path / case
+    shutil.copytree(checkpoint[0], folder)
+    BROKEN_CHECKPOINTS[case][0](folder)
+    return folder
+
+
+def _eval(folder: Path, split_dir: Path, out: Path) -> int:
+    return cli_main(["eval", "--checkpoint", str(folder), "--split-dir", str(split_dir), "--output-dir", str(out),
+                     "--limit", "1", "--max-new-tokens", "2", "--device", "cpu"])
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_CHECKPOINTS))
+def test_eval_and_export_of_a_broken_checkpoint_are_one_line(case, checkpoint, tmp_path, split_dir, capsys):
+    folder, needle = _broken(checkpoint, tmp_path, case), BROKEN_CHECKPOINTS[case][1]
+    one_line_exit_2(_eval(folder, split_dir, tmp_path / "eval"), capsys, needle)
+    one_line_exit_2(cli_main(["export", str(folder), str(tmp_path / "export")]), capsys, needle)
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "export").exists()
+
+
+def test_a_vocab_smaller_than_the_tokenizer_is_one_line(checkpoint, tmp_path, split_dir, capsys):
+    small = checkpoint[1]
+    one_line_exit_2(_eval(small, split_dir, tmp_path / "eval"), capsys, "vocab_size 100", "6400")
+    one_line_exit_2(cli_main(["export", str(small), str(tmp_path / "export")]), capsys, "vocab_size 100")

@@ -319,7 +319,8 @@ def test_a_failing_job_starts_no_further_job():
     assert len(started) <= 3  # the two first, perhaps one that took the free slot before the stop
 
 
-def test_a_sweep_with_gpus_gives_every_command_a_slot(setup, tmp_path):
+def test_a_sweep_with_gpus_gives_every_command_a_slot(setup, tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "visible_gpu_count", lambda: 2)  # CPU children only record their slots here
     lock, devices = threading.Lock(), []
 
     class SlotRecorder(Recorder):
@@ -389,3 +390,35 @@ def test_jobs_side_by_side_equal_sequential_one_thread_runs(setup, tmp_path, mon
         records = [(out / "eval" / "tiny_protocol" / name / "records.jsonl").read_text()
                    for out in (side_by_side, sequential)]
         assert records[0] == records[1]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--eval-device", "tpu"], "--eval-device"),
+    (["--eval-max-new-tokens", "100000000"], "--eval-max-new-tokens"),
+    (["--eval-max-tool-turns", "1000"], "--eval-max-tool-turns"),
+    (["--eval-batch-size", "0"], "--eval-batch-size"),
+    (["--eval-limit", "0"], "--eval-limit"),
+    (["--n-resamples", "0"], "--n-resamples"),
+    (["--launcher", "no-such-launcher-xyz --nproc_per_node 2"], "--launcher"),
+    (["--launcher", "torchrun '"], "--launcher"),
+    (["--launcher", "torchrun --master_port {port}"], "{port}"),
+    (["--gpus", "0,7"], "--gpus"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_every_setting_is_checked_before_the_first_condition_trains(setup, tmp_path, capsys, monkeypatch, extra,
+                                                                     needle):
+    """Issue 40.6: these used to be found only when the first evaluation (or launch) ran, after
+    every condition had trained."""
+    monkeypatch.setattr(sweep, "visible_gpu_count", lambda: 2)
+    runner = Recorder()
+    assert sweep.main(_argv(setup, tmp_path / "out", *extra), runner=runner) == 2
+    err = capsys.readouterr().err.strip()
+    assert runner.calls == [] and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert needle in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_gpus_on_a_machine_without_one_are_refused(setup, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sweep, "visible_gpu_count", lambda: 0)
+    runner = Recorder()
+    assert sweep.main(_argv(setup, tmp_path / "out", "--gpus", "0"), runner=runner) == 2
+    assert runner.calls == [] and "no GPU" in capsys.readouterr().err

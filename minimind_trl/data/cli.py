@@ -6,7 +6,8 @@
                               [--sizes 17894,994,994 | --fractions 0.9,0.05,0.05] [--skip-invalid]
     minimind-trl data verify DIR
 
-A data problem (malformed row, non-empty output folder, ...) prints one line
+A data problem (malformed row, non-empty output folder, an output that is an input or a run,
+split, eval, sweep or demo record: :mod:`minimind_trl.targets`, ...) prints one line
 ``minimind-trl data: error: ...`` on stderr and exits with status 2.
 """
 
@@ -21,7 +22,8 @@ from minimind_trl.data.gold import gold_file_rows, gold_trajectory
 from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.envs.tools import default_registry
-from minimind_trl.fsio import DataError, write_jsonl_atomic
+from minimind_trl.fsio import DataError, FolderLockError, write_jsonl_atomic
+from minimind_trl.targets import check_output_file, writing
 
 PREFIX = "minimind-trl data"
 
@@ -70,7 +72,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_targets(args: argparse.Namespace) -> None:
+    """Every output file through the one target rule (:mod:`minimind_trl.targets`), before anything is
+    computed: never an input or a run, split, eval, sweep or demo record (``prepare``'s folder is
+    checked and locked where it is written)."""
+    if args.command == "generate":
+        check_output_file(args.output)
+        if args.gold_sft:
+            check_output_file(args.gold_sft)
+            if Path(args.gold_sft).resolve() == Path(args.output).resolve():
+                raise DataError(f"--output and --gold-sft name the same file ({args.output}); give two files")
+    elif args.command == "gold":
+        check_output_file(args.output, sources=[args.input])
+
+
 def _run(args: argparse.Namespace) -> None:
+    _check_targets(args)
     if args.command == "generate":
         registry = default_registry()
         tasks = generate_tasks(args.num_tasks, args.seed, registry=registry, max_distractors=args.max_distractors)
@@ -85,8 +102,9 @@ def _run(args: argparse.Namespace) -> None:
         write_jsonl_atomic(args.output, rows)
         print(f"wrote {len(rows)} gold SFT trajectories to {args.output}")
     elif args.command == "prepare":
-        manifest = prepare_splits(args.input, args.output_dir, seed=args.seed, sizes=args.sizes,
-                                  fractions=args.fractions, skip_invalid=args.skip_invalid)
+        with writing(args.output_dir, "minimind-trl data prepare", sources=args.input):  # checked, then locked
+            manifest = prepare_splits(args.input, args.output_dir, seed=args.seed, sizes=args.sizes,
+                                      fractions=args.fractions, skip_invalid=args.skip_invalid)
         rows, sizes = manifest["rows"], manifest["split_sizes"]
         print(f"{args.output_dir}: train {sizes['train']}, val {sizes['val']}, test {sizes['test']} "
               f"(unused {sizes['unused']}); read {rows['read']}, invalid skipped {rows['invalid_skipped']}, "
@@ -101,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         _run(args)
-    except (DataError, ValueError, OSError) as exc:
+    except (DataError, ValueError, OSError, FolderLockError) as exc:
         if isinstance(exc, OSError) and exc.filename is not None:
             message = f"{exc.filename}: {exc.strerror}"
         else:

@@ -44,6 +44,7 @@ from typing import Any
 from minimind_trl.conversation import task_prompt
 from minimind_trl.envs.protocol import (
     DEFAULT_MAX_TOOL_TURNS,
+    MAX_TOOL_TURNS,
     TrajectoryRecord,
     is_error_observation,
     prompt_ids_for,
@@ -172,8 +173,8 @@ def make_environment_class(registry: ToolRegistry | None = None,
     renders each prompt's own tool list, as evaluation does.
     """
     registry = default_registry() if registry is None else registry
-    if max_tool_turns < 0:
-        raise ValueError(f"max_tool_turns must be >= 0, got {max_tool_turns}")
+    if not 0 <= max_tool_turns <= MAX_TOOL_TURNS:
+        raise ValueError(f"max_tool_turns must be in [0, {MAX_TOOL_TURNS}], got {max_tool_turns}")
     namespace: dict[str, Any] = {"_registry": registry, "_tool_schemas": registry.schemas(),
                                  "max_tool_turns": max_tool_turns}
     for tool in registry.names():

@@ -58,6 +58,12 @@ from minimind_trl.envs.parsing import parse_tool_calls
 DEFAULT_MAX_TOOL_TURNS = 3
 """Tool rounds per trajectory (TRL's ``max_tool_calling_iterations``): at most
 ``max_tool_turns + 1`` model turns."""
+MAX_TOOL_TURNS = 64
+"""Upper bound of tool rounds per trajectory (``rollout.max_tool_turns``, ``distill.max_tool_turns``,
+``eval --max-tool-turns``): the protocol uses 3, upstream MiniMind 3."""
+MAX_TURN_TOKENS = 32_768
+"""Upper bound of the tokens one generation may add (``rollout.max_completion_length``, ``eval
+--max-new-tokens``): MiniMind's context (``max_position_embeddings``); the protocol uses 768."""
 THINK_CLOSE = "</think>"
 
 

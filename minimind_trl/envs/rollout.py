@@ -46,6 +46,8 @@ from minimind_trl.engine.sampling import Sampling, row_generators
 from minimind_trl.envs.environment import call_as_trl, environment_tools, make_environment_class
 from minimind_trl.envs.protocol import (
     DEFAULT_MAX_TOOL_TURNS,
+    MAX_TOOL_TURNS,
+    MAX_TURN_TOKENS,
     TrajectoryRecord,
     is_error_observation,
     message_malformed_calls,
@@ -139,9 +141,10 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
     (fewer when the rows whose turn ended would waste ``min_saved_row_steps``: `SliceStop`).
     Sampling (``do_sample``) draws each trajectory from its own stream, seeded by ``seed``, its
     prompt and its sample index (`engine.sampling.row_generators`), as training does."""
-    if max_tool_turns < 0 or min(max_new_tokens, batch_size, num_samples, decode_slice) < 1:
-        raise ValueError("rollout: need max_tool_turns >= 0 and max_new_tokens, batch_size, "
-                         "num_samples, decode_slice >= 1")
+    if not 0 <= max_tool_turns <= MAX_TOOL_TURNS or not 1 <= max_new_tokens <= MAX_TURN_TOKENS \
+            or min(batch_size, num_samples, decode_slice) < 1:
+        raise ValueError(f"rollout: need max_tool_turns in [0, {MAX_TOOL_TURNS}], max_new_tokens in "
+                         f"[1, {MAX_TURN_TOKENS}] and batch_size, num_samples, decode_slice >= 1")
     trajectories = []
     for t, task in enumerate(tasks):
         messages, tools = task_prompt(task)

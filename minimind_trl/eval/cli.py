@@ -1,6 +1,7 @@
 """``minimind-trl eval | summarize | plot`` (routed here by :mod:`minimind_trl.cli`).
 
-Bad input (:class:`~minimind_trl.eval.errors.EvalError`) prints one line on stderr and returns 2.
+Bad input (:class:`~minimind_trl.eval.errors.EvalError`), a refused output target or a held lock
+(:mod:`minimind_trl.targets`) prints one line on stderr and returns 2.
 """
 
 from __future__ import annotations
@@ -11,18 +12,19 @@ from collections.abc import Callable
 
 from minimind_trl.eval import stats
 from minimind_trl.eval.errors import EvalError
-from minimind_trl.eval.plots import plot_runs, plot_summary
+from minimind_trl.eval.plots import is_figures_folder, plot_runs, plot_summary
 from minimind_trl.eval.report import write_summary
 from minimind_trl.eval.runner import EvalSettings, run_evaluation
-from minimind_trl.eval.summarize import summarize
-from minimind_trl.fsio import build_directory
+from minimind_trl.eval.summarize import parse_condition_spec, summarize
+from minimind_trl.fsio import FolderLockError, build_directory
 from minimind_trl.modeling.checkpoints import CheckpointError
+from minimind_trl.targets import OutputTargetError, writing
 
 
 def _guard(command: str, body: Callable[[], int]) -> int:
     try:
         return body()
-    except (EvalError, CheckpointError) as exc:
+    except (EvalError, CheckpointError, FolderLockError) as exc:
         print(f"minimind-trl {command}: error: {exc}", file=sys.stderr)
         return 2
 
@@ -121,7 +123,11 @@ def summarize_main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap seed")
     parser.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE, help="CI level")
     parser.add_argument("--num-failures", type=int, default=5, help="wrong answers sampled per condition and seed")
-    parser.add_argument("--overwrite", action="store_true", help="allow writing into a non-empty output folder")
+    parser.add_argument("--allow-unhashed", action="store_true",
+                        help="summarise eval folders whose manifest records no SHA-256 of its records (or no record "
+                             "count), with a warning, marked unverified in the summary (default: refused)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier summary in --output-dir (a folder holding only summary files)")
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -129,11 +135,12 @@ def summarize_main(argv: list[str]) -> int:
             summary, failures = summarize(
                 args.conditions, baseline=args.baseline, interaction=args.interaction,
                 n_resamples=args.n_resamples, seed=args.seed, confidence=args.confidence,
-                num_failures=args.num_failures,
+                num_failures=args.num_failures, allow_unhashed=args.allow_unhashed,
             )
         except ValueError as exc:  # bad statistics settings
             raise EvalError(str(exc)) from None
-        out = write_summary(args.output_dir, summary, failures, overwrite=args.overwrite)
+        sources = [parse_condition_spec(spec)[2] for spec in args.conditions]
+        out = write_summary(args.output_dir, summary, failures, overwrite=args.overwrite, sources=sources)
         print(f"wrote {out / 'summary.md'}")
         return 0
 
@@ -150,18 +157,25 @@ def plot_main(argv: list[str]) -> int:
     parser.add_argument("--runs", nargs="*", default=[], help="run folders (or metrics.jsonl files)")
     parser.add_argument("--summary", default=None, help="summary.json (or its folder) from `minimind-trl summarize`")
     parser.add_argument("--output-dir", required=True,
-                        help="figures folder, written whole and swapped in atomically (replaces an old one)")
+                        help="figures folder, written whole and swapped in atomically (replaces only an earlier "
+                             "figures folder: PNG files only)")
     args = parser.parse_args(argv)
 
     def body() -> int:
         if not args.runs and not args.summary:
             raise EvalError("nothing to plot: give --runs and/or --summary")
         written = []
-        with build_directory(args.output_dir) as folder:  # the figures folder is replaced as a whole
-            if args.runs:
-                written += plot_runs(args.runs, folder)
-            if args.summary:
-                written += plot_summary(args.summary, folder)
+        sources = [*args.runs, *([args.summary] if args.summary else [])]
+        try:
+            target = writing(args.output_dir, "minimind-trl plot", sources=sources, reuse=is_figures_folder,
+                             expect="an earlier figures folder (PNG files only)")
+            with target, build_directory(args.output_dir) as folder:  # the figures folder is replaced as a whole
+                if args.runs:
+                    written += plot_runs(args.runs, folder)
+                if args.summary:
+                    written += plot_summary(args.summary, folder)
+        except OutputTargetError as exc:
+            raise EvalError(str(exc)) from None
         print(f"wrote {len(written)} figures to {args.output_dir}")
         return 0
 

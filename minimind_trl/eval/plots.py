@@ -63,6 +63,12 @@ from minimind_trl.metric_names import (  # noqa: E402
 from minimind_trl.run_folder import METRICS  # noqa: E402
 
 
+def is_figures_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds only what ``plot`` writes (PNG files), so ``plot`` may replace it whole."""
+    return all(entry.is_file() and not entry.is_symlink() and entry.suffix == ".png"
+               for entry in Path(folder).iterdir())
+
+
 def _save(fig, path: Path) -> Path:
     """Render to a temporary PNG beside ``path`` and move it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
-from minimind_trl.eval.errors import OutputDirNotEmptyError
+from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
 from minimind_trl.fsio import write_json_atomic, write_jsonl_atomic, write_text_atomic
+from minimind_trl.targets import OutputTargetError, TargetNotEmptyError, writing
 
 
 def _fmt(v: float | None) -> str:
@@ -90,6 +92,16 @@ def _fixed_broken_section(summary: dict) -> list[str]:
     return lines
 
 
+def _unverified_lines(summary: dict) -> list[str]:
+    """A warning naming the eval folders summarised with ``--allow-unhashed`` (no hashes to check)."""
+    folders = [f"`{info['path']}`" for cond in summary["conditions"].values() for info in cond["seeds"].values()
+               if info.get("unverified")]
+    if not folders:
+        return []
+    return ["", f"**WARNING: unverified evaluations** (summarised with --allow-unhashed: their manifests record no "
+                f"SHA-256 or record count, so edits after evaluation cannot be detected): {', '.join(folders)}."]
+
+
 def render_markdown(summary: dict) -> str:
     """summary.md: provenance, one table per metric (each with the smallest Δ it resolves), the
     interaction, questions fixed / broken."""
@@ -106,6 +118,7 @@ def render_markdown(summary: dict) -> str:
     for name, cond in summary["conditions"].items():
         for seed, info in cond["seeds"].items():
             lines.append(f"| {name} | {seed} | `{info['checkpoint_sha256']}` | `{info['path']}` |")
+    lines += _unverified_lines(summary)
     for metric, rows in summary["metrics"].items():
         lines += ["", _table_heading(summary, metric), "",
                   "| condition | seeds | mean | 95% CI | per seed | Δ vs baseline | Δ 95% CI (questions) | "
@@ -145,14 +158,39 @@ def render_failures_markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_summary(output_dir: str | os.PathLike, summary: dict, failures: list[dict], overwrite: bool = False) -> Path:
-    """Write summary.json, summary.md, failures.jsonl and failures.md (atomically)."""
+SUMMARY_FILES = ("summary.json", "summary.md", "failures.jsonl", "failures.md")
+
+
+def is_summary_folder(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds only what :func:`write_summary` writes (and its temporary files), so
+    ``--overwrite`` may replace it."""
+    def ours(entry: Path) -> bool:
+        leftover = entry.name.startswith(".") and entry.name.endswith(".tmp") \
+            and any(entry.name.startswith(f".{name}.") for name in SUMMARY_FILES)
+        return entry.is_file() and not entry.is_symlink() and (entry.name in SUMMARY_FILES or leftover)
+
+    return all(ours(entry) for entry in Path(folder).iterdir())
+
+
+def write_summary(output_dir: str | os.PathLike, summary: dict, failures: list[dict], overwrite: bool = False,
+                  sources: Iterable[str | os.PathLike] = ()) -> Path:
+    """Write summary.json, summary.md, failures.jsonl and failures.md (atomically), the folder locked.
+
+    The folder must be new or empty, or with ``overwrite`` an earlier summary (:func:`is_summary_folder`);
+    never one of ``sources`` (the eval folders), a folder above them, or a run, eval, sweep or demo
+    folder (:mod:`minimind_trl.targets`)."""
     out = Path(output_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise OutputDirNotEmptyError(f"output folder {out} is not empty (use --overwrite to replace the summary)")
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "summary.json", summary, sort_keys=True)
-    write_text_atomic(out / "summary.md", render_markdown(summary))
-    write_jsonl_atomic(out / "failures.jsonl", failures, sort_keys=True, compact=False)
-    write_text_atomic(out / "failures.md", render_failures_markdown(failures))
+    try:
+        with writing(out, "minimind-trl summarize", sources=sources, reuse=is_summary_folder if overwrite else None,
+                     expect="an earlier summary"):
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(out / "summary.json", summary, sort_keys=True)
+            write_text_atomic(out / "summary.md", render_markdown(summary))
+            write_jsonl_atomic(out / "failures.jsonl", failures, sort_keys=True, compact=False)
+            write_text_atomic(out / "failures.md", render_failures_markdown(failures))
+    except TargetNotEmptyError as exc:
+        hint = "" if overwrite else " (use --overwrite to replace an earlier summary)"
+        raise OutputDirNotEmptyError(f"{exc}{hint}") from None
+    except OutputTargetError as exc:
+        raise EvalError(str(exc)) from None
     return out

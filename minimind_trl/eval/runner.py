@@ -9,8 +9,8 @@ and score it with the same verifier as the training reward
 (`minimind_trl.rewards.evaluate_completion` on the completion text). Optionally sample
 ``num_samples`` trajectories per question at ``temperature`` and report the unbiased pass@k.
 
-Output folder (must not exist or be empty; built beside it and committed whole, see
-:mod:`.folder`):
+Output folder (must not exist or be empty, and no input of the evaluation; locked while it is
+written; built beside it and committed whole, see :mod:`.folder`):
 
 * ``records.jsonl`` — one record per question, in split order (keys: see :func:`build_record`;
   with pass@k also ``samples`` = {n, num_correct, temperature, successes} and ``pass_at_k`` =
@@ -37,25 +37,38 @@ import transformers
 from minimind_trl import __version__
 from minimind_trl.data.manifest import verify_manifest
 from minimind_trl.data.splits import read_split
+from minimind_trl.envs.protocol import MAX_TOOL_TURNS, MAX_TURN_TOKENS
 from minimind_trl.envs.rollout import rollout
 from minimind_trl.envs.tools import run_registry
 from minimind_trl.eval.errors import EvalError, OutputDirNotEmptyError
-from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS, EvalFolder
+from minimind_trl.eval.folder import EVAL_MANIFEST, METRICS, OUTPUTS, RECORDS
 from minimind_trl.eval.metrics import METRIC_DIR, compute_metrics
 from minimind_trl.eval.stats import pass_at_k
 from minimind_trl.fsio import (
     DataError,
     DataFormatError,
     build_directory,
+    folder_lock,
     sha256_file,
     write_json_atomic,
     write_jsonl_atomic,
 )
-from minimind_trl.modeling.checkpoints import CheckpointInfo, load_checkpoint_tokenizer, load_model, resolve_checkpoint
+from minimind_trl.modeling.checkpoints import (
+    CheckpointInfo,
+    check_tokenizer_fits,
+    load_checkpoint_tokenizer,
+    load_model,
+    resolve_checkpoint,
+)
 from minimind_trl.rewards import evaluate_completion, prompt_question
 from minimind_trl.run_folder import RunFolder
+from minimind_trl.targets import OutputTargetError, TargetNotEmptyError, check_output_folder
 
 MANIFEST_FORMAT = "minimind-trl.eval/1"
+MAX_EVAL_BATCH = 4096
+"""Upper bound of ``--batch-size`` (rows decoded together; the protocol's evaluations use 16 to 64)."""
+MAX_SAMPLES = 1024
+"""Upper bound of ``--num-samples`` (sampled trajectories per question for pass@k)."""
 
 
 @dataclass(frozen=True)
@@ -74,17 +87,27 @@ class EvalSettings:
     tools: tuple[str, ...] = ()  # tool plugins beyond the built-ins (a run's rollout.tools)
     tool_names: tuple[str, ...] | None = None  # the tools offered (a run's rollout.tool_names); None: all
 
-    def validate(self) -> None:
-        if self.batch_size < 1 or self.max_new_tokens < 1 or self.max_tool_turns < 0:
-            raise EvalError("need --batch-size >= 1, --max-new-tokens >= 1 and --max-tool-turns >= 0")
-        if self.limit is not None and self.limit < 1:
-            raise EvalError(f"--limit must be positive, got {self.limit}")
+    def validate(self, prefix: str = "") -> None:
+        """Every setting in its range, else one :class:`EvalError` naming the option (``--{prefix}NAME``:
+        the sweep passes ``eval-``) and its bound."""
+        _check_int(self.batch_size, 1, MAX_EVAL_BATCH, f"--{prefix}batch-size")
+        _check_int(self.max_new_tokens, 1, MAX_TURN_TOKENS, f"--{prefix}max-new-tokens")
+        _check_int(self.max_tool_turns, 0, MAX_TOOL_TURNS, f"--{prefix}max-tool-turns")
+        _check_int(self.num_samples, 1, MAX_SAMPLES, f"--{prefix}num-samples")
+        if self.limit is not None:
+            _check_int(self.limit, 1, None, f"--{prefix}limit")
         if self.pass_k:
             if min(self.pass_k) < 1 or max(self.pass_k) > self.num_samples:
                 raise EvalError(f"pass@k needs 1 <= k <= --num-samples ({self.num_samples}); "
                                 f"got k = {list(self.pass_k)}")
             if not math.isfinite(self.temperature) or self.temperature <= 0:
                 raise EvalError(f"sampling needs a finite --temperature > 0, got {self.temperature}")
+
+
+def _check_int(value, low: int, high: int | None, option: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise EvalError(f"{option} must be an int {span}, got {value!r}")
 
 
 def build_record(task: dict, traj) -> dict:
@@ -183,9 +206,15 @@ def load_split_tasks(split_dir: str | os.PathLike, split: str) -> tuple[list[dic
     return tasks, info
 
 
-def _check_output_dir(output_dir: Path) -> None:
-    if not EvalFolder(output_dir).is_empty():
-        raise OutputDirNotEmptyError(f"output folder {output_dir} is not empty (evaluation never overwrites results)")
+def _check_output_dir(output_dir: Path, sources: tuple = ()) -> None:
+    """The output must be new or empty and no input of the evaluation (:mod:`minimind_trl.targets`)."""
+    try:
+        check_output_folder(output_dir, sources=sources)
+    except TargetNotEmptyError:
+        raise OutputDirNotEmptyError(f"output folder {output_dir} is not empty (evaluation never overwrites "
+                                     "results)") from None
+    except OutputTargetError as exc:
+        raise EvalError(str(exc)) from None
 
 
 def _versions() -> dict:
@@ -216,23 +245,24 @@ def with_run_tools(settings: EvalSettings, checkpoint: str | os.PathLike) -> Eva
     return replace(settings, tools=trained_with[0], tool_names=trained_with[1])
 
 
-def resolve_device(name: str) -> str:
+def resolve_device(name: str, option: str = "--device") -> str:
     """``auto`` → ``cuda`` when this torch build sees a GPU, else ``cpu``; any other name must be a
-    device this torch can use (else a one-line EvalError, not a traceback from the first tensor)."""
+    device this torch can use (else a one-line EvalError naming ``option``, not a traceback from the
+    first tensor)."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError) as exc:
-        raise EvalError(f"--device {name!r} is not a torch device ({str(exc).splitlines()[0]})") from None
+        raise EvalError(f"{option} {name!r} is not a torch device ({str(exc).splitlines()[0]})") from None
     usable = {"cpu": lambda: True, "cuda": torch.cuda.is_available,
               "mps": lambda: torch.backends.mps.is_available()}.get(device.type, lambda: False)
     if not usable():
-        raise EvalError(f"--device {name!r} is not usable here: torch {torch.__version__} "
+        raise EvalError(f"{option} {name!r} is not usable here: torch {torch.__version__} "
                         f"({'no CUDA in this build' if torch.version.cuda is None else 'no visible GPU'}); "
-                        "use --device auto or cpu")
+                        f"use {option} auto or cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise EvalError(f"--device {name!r}: only {torch.cuda.device_count()} GPU(s) visible")
+        raise EvalError(f"{option} {name!r}: only {torch.cuda.device_count()} GPU(s) visible")
     return name
 
 
@@ -240,10 +270,22 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
                    split: str = "test", preset: str | None = None, tokenizer_path: str | os.PathLike | None = None,
                    settings: EvalSettings = EvalSettings(), device: str = "auto", progress: bool = True,
                    allow_tokenizer_mismatch: bool = False) -> Path:
-    """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it."""
+    """Evaluate ``checkpoint`` on ``split`` of ``split_dir``; write the output folder; return it.
+
+    The output folder must be new or empty and no input (the checkpoint, the split folder, a folder
+    above them); it is locked for the whole evaluation, so a second evaluation into it is refused
+    (:class:`~minimind_trl.fsio.FolderInUseError`) instead of sharing its staging folder."""
     out = Path(output_dir)
-    _check_output_dir(out)
+    _check_output_dir(out, (checkpoint, split_dir))
     settings.validate()
+    with folder_lock(out, "minimind-trl eval"):
+        return _evaluate_into(out, checkpoint, split_dir, split, preset, tokenizer_path, settings, device, progress,
+                              allow_tokenizer_mismatch)
+
+
+def _evaluate_into(out: Path, checkpoint, split_dir, split: str, preset, tokenizer_path, settings: EvalSettings,
+                   device: str, progress: bool, allow_tokenizer_mismatch: bool) -> Path:
+    """:func:`run_evaluation` with the output folder checked and locked."""
     device = resolve_device(device)
     settings = with_run_tools(settings, checkpoint)
     info: CheckpointInfo = resolve_checkpoint(checkpoint, preset)
@@ -253,6 +295,7 @@ def run_evaluation(checkpoint: str | os.PathLike, split_dir: str | os.PathLike, 
     tokenizer, tokenizer_source, tokenizer_sha = load_checkpoint_tokenizer(info, tokenizer_path,
                                                                            allow_tokenizer_mismatch)
     model = load_model(info, device)
+    check_tokenizer_fits(model, tokenizer, info.path)
 
     records = evaluate_tasks(model, tokenizer, tasks, settings, progress=progress)
     metrics = compute_metrics(records, settings.pass_k)

@@ -77,7 +77,8 @@ class BootstrapResult:
         return asdict(self)
 
 
-def _check_settings(n_resamples: int, confidence: float) -> None:
+def check_settings(n_resamples: int, confidence: float) -> None:
+    """``n_resamples`` in [1, :data:`MAX_RESAMPLES`] and ``confidence`` in (0, 1), else ValueError."""
     if int(n_resamples) != n_resamples or not 1 <= n_resamples <= MAX_RESAMPLES:
         raise ValueError(f"n_resamples must be an integer in [1, {MAX_RESAMPLES:,}], got {n_resamples!r}")
     if not 0.0 < confidence < 1.0:
@@ -120,7 +121,7 @@ def bootstrap_mean_ci(
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> BootstrapResult:
     """Percentile-bootstrap CI of ``mean(values)``, resampling the n entries with replacement."""
-    _check_settings(n_resamples, confidence)
+    check_settings(n_resamples, confidence)
     v = _as_vector(values)
     rng = np.random.default_rng(seed)
     boot = np.concatenate([v[idx].mean(axis=1) for idx in _index_blocks(rng, v.size, n_resamples)])
@@ -179,7 +180,7 @@ def two_level_bootstrap_ci(
     question order in every cell). See the module docstring for the exact resampling scheme.
     The estimate is ``sum_c w_c * X_c.mean()``.
     """
-    _check_settings(n_resamples, confidence)
+    check_settings(n_resamples, confidence)
     mats = [np.asarray(x, dtype=np.float64) for x in cells]
     w = np.asarray(weights, dtype=np.float64)
     if not mats or len(mats) != w.size:
@@ -229,7 +230,7 @@ def mean_standard_error(values: Sequence[float] | np.ndarray) -> float:
 
 def mde_multiplier(power: float = DEFAULT_POWER, confidence: float = DEFAULT_CONFIDENCE) -> float:
     """``z_{1 - alpha/2} + z_{power}`` with ``alpha = 1 - confidence`` (2.8016 for 80 % power, alpha 0.05)."""
-    _check_settings(1, confidence)
+    check_settings(1, confidence)
     if not 0.0 < power < 1.0:
         raise ValueError(f"power must lie strictly between 0 and 1, got {power!r}")
     z = NormalDist().inv_cdf

@@ -33,6 +33,9 @@ Writing the files is :mod:`minimind_trl.eval.report`.
 
 from __future__ import annotations
 
+import math
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +49,7 @@ from minimind_trl.eval.errors import (
     SamplingMismatchError,
     SplitMismatchError,
 )
-from minimind_trl.eval.folder import EvalFolder
+from minimind_trl.eval.folder import EVAL_MANIFEST, OUTPUTS, RECORDS, EvalFolder
 from minimind_trl.eval.metrics import (
     BY_N_GT_METRICS,
     REQUIRED_RECORD_KEYS,
@@ -76,6 +79,7 @@ class EvalRun:
     metrics: dict
     records: list[dict] = field(repr=False)
     temperature: float | None = None  # sampling temperature of `samples` / pass@k, None: not sampled
+    unverified: bool = False  # summarised with --allow-unhashed: no hashes / count in its manifest
 
 
 def parse_condition_spec(spec: str) -> tuple[str, str, Path]:
@@ -122,8 +126,7 @@ def _record_problem(rec: dict) -> tuple[str, str] | None:
     if rec["success"] != rec["all_gt_covered"]:
         return "success", f"is {rec['success']} but all_gt_covered is {rec['all_gt_covered']} (success = every GT hit)"
     coverage = rec.get("gt_coverage")
-    if coverage is not None and (isinstance(coverage, bool) or not isinstance(coverage, (int, float))
-                                 or abs(coverage - sum(hits) / len(hits)) > 1e-9):
+    if coverage is not None and (not _finite(coverage) or abs(coverage - sum(hits) / len(hits)) > 1e-9):
         return "gt_coverage", f"must be the share of gt_hits that are true ({sum(hits)}/{len(hits)})"
     if "malformed_calls" in rec and not count(rec["malformed_calls"]):
         return "malformed_calls", "must be a non-negative integer"
@@ -133,13 +136,30 @@ def _record_problem(rec: dict) -> tuple[str, str] | None:
                 and count(samples.get("num_correct")) and samples["num_correct"] <= samples["n"]):
             return "samples", "must hold n >= 1 and num_correct in [0, n]"
         temperature = samples.get("temperature")
-        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
-            return "samples.temperature", "must be a number"
-    pass_at_k = rec.get("pass_at_k")
-    if pass_at_k is not None and not (isinstance(pass_at_k, dict) and all(
-            k.isdigit() and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1
-            for k, v in pass_at_k.items())):
-        return "pass_at_k", "must map each k to a number in [0, 1]"
+        if temperature is not None and not (_finite(temperature) and temperature > 0):
+            return "samples.temperature", "must be a finite number > 0 (the sampling temperature)"
+    return _pass_at_k_problem(rec.get("pass_at_k"), samples)
+
+
+def _finite(value) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+PASS_AT_K_KEY = re.compile(r"[1-9][0-9]{0,5}")
+"""A pass@k key: k written as a positive integer without leading zeros (``"1"``, ``"10"``)."""
+
+
+def _pass_at_k_problem(pass_at_k, samples) -> tuple[str, str] | None:
+    """``pass_at_k`` maps each k (:data:`PASS_AT_K_KEY`, at most the samples drawn) to a number in [0, 1]."""
+    if pass_at_k is None:
+        return None
+    n = samples.get("n") if isinstance(samples, dict) else None
+    if not isinstance(pass_at_k, dict) or not all(
+            PASS_AT_K_KEY.fullmatch(k) and (n is None or int(k) <= n) and _finite(v) and 0 <= v <= 1
+            for k, v in pass_at_k.items()):
+        most = "" if n is None else f" <= samples.n ({n})"
+        return "pass_at_k", f"must map each k (a positive integer{most}) to a number in [0, 1]"
     return None
 
 
@@ -172,29 +192,82 @@ def _read_manifest(file: Path) -> dict:
         raise DataFormatError(file, None, "split.name", "must be a string")
     if not isinstance(manifest.get("checkpoint", {}), dict):
         raise DataFormatError(file, None, "checkpoint", "must be an object")
+    sampling = manifest.get("pass_at_k")
+    if isinstance(sampling, dict) and sampling.get("temperature") is not None \
+            and not (_finite(sampling["temperature"]) and sampling["temperature"] > 0):
+        raise DataFormatError(file, None, "pass_at_k.temperature", "must be a finite number > 0")
     return manifest
 
 
-def _check_output_hashes(folder: EvalFolder, manifest: dict) -> None:
-    """Each file the manifest's ``outputs`` hashes (records.jsonl, metrics.json) still has that
-    SHA-256: records edited or replaced after evaluation are refused, not summarised."""
+def _check_output_hashes(folder: EvalFolder, manifest: dict) -> list[str]:
+    """Each file the manifest's ``outputs`` hashes still has that SHA-256: records edited or replaced
+    after evaluation are refused, not summarised. ``outputs`` may name only the evaluation's own files
+    (:data:`~minimind_trl.eval.folder.OUTPUTS`), each present; returns the own files it leaves
+    unhashed (``records.jsonl`` always counts; ``metrics.json`` when it exists)."""
     outputs = manifest.get("outputs")
-    if outputs is None:
-        return  # folders written before the manifest hashed its outputs
-    if not isinstance(outputs, dict):
+    if outputs is not None and not isinstance(outputs, dict):
         raise DataFormatError(folder.manifest_path, None, "outputs", "must map file names to SHA-256")
+    outputs = outputs or {}
     for name, expected in outputs.items():
-        file = folder.path / str(name)
-        if file.is_file() and sha256_file(file) != expected:
+        if name not in OUTPUTS:
+            raise DataFormatError(folder.manifest_path, None, f"outputs.{name}",
+                                  f"is not a file an evaluation writes (only {', '.join(OUTPUTS)})")
+        file = folder.path / name
+        if not file.is_file():
+            raise DataFormatError(folder.manifest_path, None, f"outputs.{name}",
+                                  f"names {file}, which does not exist; re-run the evaluation")
+        if sha256_file(file) != expected:
             raise DataFormatError(folder.manifest_path, None, f"outputs.{name}",
                                   f"{file} does not have the SHA-256 the evaluation recorded ({str(expected)[:12]}…): "
                                   "it was edited or replaced after evaluation; re-run the evaluation")
+    return [name for name in OUTPUTS if name not in outputs and (name == RECORDS or (folder.path / name).exists())]
 
 
-def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
+def _check_record_count(folder: EvalFolder, manifest: dict, records: list[dict]) -> bool:
+    """The manifest's ``split.evaluated`` equals the number of records; False when it is not recorded."""
+    evaluated = manifest["split"].get("evaluated")
+    if evaluated is None:
+        return False
+    if isinstance(evaluated, bool) or not isinstance(evaluated, int) or evaluated != len(records):
+        raise DataFormatError(folder.manifest_path, None, "split.evaluated",
+                              f"is {evaluated!r} but {folder.records_path} holds {len(records)} records "
+                              "(records were removed or added after evaluation)")
+    return True
+
+
+def _check_finite(path, value, field: str = "") -> None:
+    """Every number in ``value`` (a parsed JSON document) is finite (Python's reader takes NaN and Infinity);
+    the first one that is not, in document order, is named."""
+    stack = [(value, field)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise DataFormatError(path, None, where or "<json>", f"is {item} (a summary needs finite numbers)")
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        stack.extend(reversed([(child, f"{where}.{key}" if where else str(key)) for key, child in children]))
+
+
+def _unverified(path: Path, missing: list[str], allow_unhashed: bool) -> bool:
+    """Refuse an eval folder whose manifest leaves ``missing`` unverified, or with ``allow_unhashed``
+    warn loudly on stderr; returns whether it is unverified."""
+    if not missing:
+        return False
+    what = " and ".join(missing)
+    if not allow_unhashed:
+        raise EvalFolderError(f"{path / EVAL_MANIFEST}: {what} not verified (no SHA-256 in its outputs, or no "
+                              "split.evaluated count): re-run the evaluation, or pass --allow-unhashed to summarise "
+                              "it anyway, marked unverified")
+    print(f"WARNING: {path}: {what} NOT VERIFIED (the eval manifest records no SHA-256 / count for it); "
+          "summarised because of --allow-unhashed and marked unverified in the summary", file=sys.stderr)
+    return True
+
+
+def load_eval_folder(condition: str, seed: str, path: Path, allow_unhashed: bool = False) -> EvalRun:
     """Read records.jsonl, eval_manifest.json and metrics.json (:class:`EvalFolder`) through the
     package's bounded readers; every record's summary fields are type-checked (errors name file,
-    line and field)."""
+    line and field), the files are checked against the manifest's ``outputs`` hashes and the records
+    against its ``split.evaluated`` count. A folder whose manifest records neither is refused, or
+    with ``allow_unhashed`` summarised, marked ``unverified``, with a warning on stderr."""
     if not path.is_dir():
         raise EvalFolderError(f"eval folder not found: {path}")
     folder = EvalFolder(path)
@@ -204,19 +277,23 @@ def load_eval_folder(condition: str, seed: str, path: Path) -> EvalRun:
     metrics_file = folder.metrics_path
     try:
         manifest = _read_manifest(folder.manifest_path)
-        _check_output_hashes(folder, manifest)
+        unhashed = _check_output_hashes(folder, manifest)
         records = _read_records(folder.records_path)
+        counted = _check_record_count(folder, manifest, records)
         metrics = read_json_file(metrics_file) if metrics_file.is_file() else {}
         if not isinstance(metrics, dict):
             raise DataFormatError(metrics_file, None, "<json>", "must be a JSON object")
+        _check_finite(metrics_file, metrics)
     except DataFormatError as exc:
         raise EvalFolderError(str(exc)) from None
     except OSError as exc:
         raise EvalFolderError(f"cannot read eval folder {path}: {exc}") from None
     if not records:
         raise EvalFolderError(f"{folder.records_path} holds no records")
+    unverified = _unverified(path, [*unhashed, *([] if counted else ["the record count"])], allow_unhashed)
     records = sorted(records, key=lambda r: str(r["id"]))
-    return EvalRun(condition, seed, path, manifest, metrics, records, _sampling_temperature(path, manifest, records))
+    return EvalRun(condition, seed, path, manifest, metrics, records, _sampling_temperature(path, manifest, records),
+                   unverified)
 
 
 def _sampling_temperature(path: Path, manifest: dict, records: list[dict]) -> float | None:
@@ -370,11 +447,13 @@ def summarize(
     confidence: float = stats.DEFAULT_CONFIDENCE,
     num_failures: int = 5,
     power: float = stats.DEFAULT_POWER,
+    allow_unhashed: bool = False,
 ) -> tuple[dict, list[dict]]:
-    """Build the summary dict and the failure rows (nothing is written)."""
+    """Build the summary dict and the failure rows (nothing is written). ``allow_unhashed``: summarise
+    eval folders whose manifest records no output hashes (see :func:`load_eval_folder`)."""
     if not specs:
         raise EvalError("summarize needs at least one eval folder")
-    runs = [load_eval_folder(*parse_condition_spec(s)) for s in specs]
+    runs = [load_eval_folder(*parse_condition_spec(s), allow_unhashed=allow_unhashed) for s in specs]
     check_compatible(runs)
     groups = _group(runs)
     if baseline not in groups:
@@ -447,7 +526,8 @@ def summarize(
             name: {
                 "seeds": {r.seed: {"path": str(r.path),
                                    "checkpoint_sha256": r.manifest.get("checkpoint", {}).get("sha256"),
-                                   "metrics": r.metrics} for r in groups[name]},
+                                   "metrics": r.metrics, **({"unverified": True} if r.unverified else {})}
+                          for r in groups[name]},
             }
             for name in names
         },

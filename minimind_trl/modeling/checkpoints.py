@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
+from safetensors import SafetensorError, safe_open
+from transformers import AutoConfig, AutoModelForCausalLM
 
-from minimind_trl.fsio import sha256_file
+from minimind_trl.fsio import DataFormatError, read_json_file, sha256_file
 from minimind_trl.modeling import get_preset, load_native_checkpoint  # importing modeling registers the Auto classes
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.tokenization.loading import resolve_tokenizer_folder
@@ -79,8 +81,19 @@ def resolve_checkpoint(path: str | os.PathLike, preset: str | None = None) -> Ch
     return CheckpointInfo(p, "hub", {w.name: sha256_file(w) for w in weights}, preset)
 
 
+_LOAD_ERRORS = (OSError, ValueError, TypeError, KeyError, RuntimeError, EOFError, pickle.UnpicklingError,
+                SafetensorError)
+"""What loading a damaged checkpoint raises (torch, safetensors, transformers): each becomes a CheckpointError."""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 def load_model(info: CheckpointInfo, device: str = "cpu"):
-    """The model in float32 eval mode on ``device``."""
+    """The model in float32 eval mode on ``device``. A damaged checkpoint (empty or truncated
+    weights, a config.json that is no JSON object, an invalid config or one the weights do not fit)
+    raises a one-line :class:`CheckpointError` naming the file; nothing is printed before it."""
     if info.kind == "native":
         try:
             config = get_preset(info.preset)
@@ -88,12 +101,77 @@ def load_model(info: CheckpointInfo, device: str = "cpu"):
             raise CheckpointError(str(exc)) from None
         try:
             model = load_native_checkpoint(info.path, config)
-        except (RuntimeError, ValueError, KeyError) as exc:
-            first_line = str(exc).splitlines()[0]
-            raise CheckpointError(f"{info.path} does not fit preset {info.preset!r}: {first_line}") from None
+        except _LOAD_ERRORS as exc:
+            raise CheckpointError(f"{info.path} does not fit preset {info.preset!r}: {_first_line(exc)}") from None
     else:
-        model = AutoModelForCausalLM.from_pretrained(str(info.path), dtype=torch.float32)
+        config = hub_config(info.path)
+        check_weights_fit(info, config)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(info.path), config=config, dtype=torch.float32,
+                                                         trust_remote_code=False)
+        except _LOAD_ERRORS as exc:
+            raise CheckpointError(f"{info.path}: the weights do not load: {_first_line(exc)}") from None
     return model.to(device=device, dtype=torch.float32).eval()
+
+
+def hub_config(folder: Path):
+    """The config of a Hub-format folder (``AutoConfig``, no remote code), or a one-line
+    CheckpointError naming config.json (not JSON, not an object, an unknown ``model_type``, a
+    value the config class refuses)."""
+    file = Path(folder) / "config.json"
+    try:
+        config = read_json_file(file)
+    except DataFormatError as exc:
+        raise CheckpointError(f"{file}: {exc.reason}") from None
+    except OSError as exc:
+        raise CheckpointError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{file}: a config must be a JSON object, got {type(config).__name__}")
+    try:
+        return AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+    except _LOAD_ERRORS as exc:
+        raise CheckpointError(f"{file}: {_first_line(exc)}") from None
+
+
+def _stored_shapes(info: CheckpointInfo) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from the headers of the folder's safetensors files (nothing is read
+    beyond them); a file that is not a complete safetensors file raises a one-line CheckpointError."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name in sorted(info.weight_files):
+        if not name.endswith(".safetensors"):
+            continue
+        try:
+            with safe_open(str(info.path / name), framework="pt") as handle:
+                for key in handle.keys():
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
+        except _LOAD_ERRORS as exc:
+            raise CheckpointError(f"{info.path / name}: not a complete safetensors file ({_first_line(exc)})") from None
+    return shapes
+
+
+def check_weights_fit(info: CheckpointInfo, config) -> None:
+    """Every stored tensor the model built from ``config`` also has (built on the meta device: no
+    memory) must have the stored shape, else a one-line CheckpointError naming the first that does not."""
+    stored = _stored_shapes(info)
+    try:
+        with torch.device("meta"):
+            expected = AutoModelForCausalLM.from_config(config, trust_remote_code=False).state_dict()
+    except _LOAD_ERRORS as exc:
+        raise CheckpointError(f"{info.path / 'config.json'}: no model can be built from it: {_first_line(exc)}") \
+            from None
+    for key, shape in stored.items():
+        if key in expected and tuple(expected[key].shape) != shape:
+            raise CheckpointError(f"{info.path / 'config.json'} does not fit the weights: {key} is stored as "
+                                  f"{list(shape)} but the config makes it {list(expected[key].shape)}")
+
+
+def check_tokenizer_fits(model, tokenizer, path: str | os.PathLike) -> None:
+    """The model's embedding must have an id for every token of its tokenizer (else the first forward
+    indexes out of range): a one-line CheckpointError otherwise."""
+    vocab, ids = model.config.vocab_size, len(tokenizer)
+    if ids > vocab:
+        raise CheckpointError(f"{path}: the model's vocab_size {vocab} is smaller than its tokenizer's {ids} ids; "
+                              "use the tokenizer it was trained with (--tokenizer)")
 
 
 def load_checkpoint_tokenizer(info: CheckpointInfo, tokenizer_path: str | os.PathLike | None = None,

@@ -5,8 +5,11 @@
 
 The checkpoint is a run folder (its `final/` is exported and its manifest describes the run in the
 model card), a Hub-format folder, or a native `.pth` with `--preset`. The tokenizer is the
-checkpoint's own when it has one, else `--tokenizer`, else the packaged default. Errors (missing
-checkpoint, a config GGUF cannot represent) exit 2 with one line.
+checkpoint's own when it has one, else `--tokenizer`, else the packaged default. The output must be
+new or empty, or an earlier export of the same kind (a Hub folder of either format; a GGUF file);
+the checkpoint, a folder above it, a run, eval, sweep or demo folder, the root and home folders are
+refused, and the target is locked while it is written (:mod:`minimind_trl.targets`). Errors
+(missing checkpoint, a config GGUF cannot represent, a refused target) exit 2 with one line.
 """
 
 from __future__ import annotations
@@ -17,9 +20,17 @@ from pathlib import Path
 
 import torch
 
-from minimind_trl.modeling.checkpoints import CheckpointError, load_checkpoint_tokenizer, load_model, resolve_checkpoint
-from minimind_trl.modeling.gguf_export import save_gguf
-from minimind_trl.modeling.hub import save_for_hub
+from minimind_trl.fsio import FolderLockError
+from minimind_trl.modeling.checkpoints import (
+    CheckpointError,
+    check_tokenizer_fits,
+    load_checkpoint_tokenizer,
+    load_model,
+    resolve_checkpoint,
+)
+from minimind_trl.modeling.gguf_export import is_gguf_file, save_gguf
+from minimind_trl.modeling.hub import EARLIER_EXPORT, is_hub_export, save_for_hub
+from minimind_trl.targets import writing
 
 FORMATS = ("minimind", "qwen3", "gguf")
 
@@ -43,6 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _target(args: argparse.Namespace, source: Path):
+    """The output check and lock of ``args.out`` (the rule of :mod:`minimind_trl.targets`): a Hub
+    folder may replace only an earlier Hub export, a GGUF file only a GGUF file; never the source,
+    a folder above it, or a run, eval, sweep or demo folder."""
+    if args.format == "gguf":
+        return writing(args.out, "minimind-trl export", folder=False, sources=[source], reuse=is_gguf_file,
+                       expect="a GGUF file")
+    return writing(args.out, "minimind-trl export", sources=[source], reuse=is_hub_export, expect=EARLIER_EXPORT)
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     source = Path(args.checkpoint)
@@ -51,20 +72,25 @@ def main(argv: list[str]) -> int:
         manifest = source / "manifest.json" if (source / "manifest.json").is_file() else None
         source = source / "final"
     try:
-        info = resolve_checkpoint(source, args.preset)
-        model = load_model(info)
-        tokenizer, _, _ = load_checkpoint_tokenizer(info, args.tokenizer, args.allow_tokenizer_mismatch)
-        if args.format == "gguf":
-            path = save_gguf(model, tokenizer, args.out, args.outtype or "f16", pre=args.gguf_pre, name=args.name)
-        else:
-            dtype = {None: torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-            path = save_for_hub(model.to(dtype[args.outtype]), tokenizer, args.out, format=args.format,
-                                manifest=manifest)
-    except (CheckpointError, ValueError, OSError) as exc:
+        with _target(args, source):
+            path = _export(args, source, manifest)
+    except (CheckpointError, ValueError, OSError, FolderLockError) as exc:
         print(f"minimind-trl export: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"wrote {args.format} export of {source} to {path}")
     return 0
+
+
+def _export(args: argparse.Namespace, source: Path, manifest: Path | None) -> Path:
+    """Load the checkpoint and its tokenizer and write the export (the target is checked and locked)."""
+    info = resolve_checkpoint(source, args.preset)
+    model = load_model(info)
+    tokenizer, _, _ = load_checkpoint_tokenizer(info, args.tokenizer, args.allow_tokenizer_mismatch)
+    check_tokenizer_fits(model, tokenizer, info.path)
+    if args.format == "gguf":
+        return save_gguf(model, tokenizer, args.out, args.outtype or "f16", pre=args.gguf_pre, name=args.name)
+    dtype = {None: torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+    return save_for_hub(model.to(dtype[args.outtype]), tokenizer, args.out, format=args.format, manifest=manifest)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, TokenType, quants
 
+from minimind_trl.targets import check_output_file
+
 from .configuration_minimind import MiniMindConfig
 from .modeling_minimind import MiniMindForCausalLM
 from .native import hf_to_native_state_dict
@@ -55,6 +57,18 @@ _OURS = [  # the shipped tokenizer: newlines isolated, single digits, then GPT-2
     {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
 ]
 _UPSTREAM = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def is_gguf_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a GGUF file (it opens with the format's magic), which an export may replace."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+    except OSError:
+        return False
 
 
 def gguf_architecture(config: MiniMindConfig) -> str:
@@ -169,7 +183,8 @@ def save_gguf(
 
     `outtype` is the type of the matrices ("f32", "f16", "bf16"); `pre` overrides the declared
     pre-tokenizer (default: `gguf_pre_tokenizer(tokenizer)`). Written to a temporary file beside
-    `path`, then renamed.
+    `path`, then renamed; an existing `path` must be a GGUF file (:func:`is_gguf_file`, the rule of
+    :mod:`minimind_trl.targets`).
     """
     if not isinstance(model, MiniMindForCausalLM):
         raise ValueError(f"save_gguf: model must be a MiniMindForCausalLM (got {type(model).__name__})")
@@ -183,7 +198,7 @@ def save_gguf(
     file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
                  "bf16": gguf.LlamaFileType.MOSTLY_BF16}[outtype]
 
-    path = Path(path)
+    path = check_output_file(path, reuse=is_gguf_file, expect="a GGUF file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

@@ -21,11 +21,13 @@ tokenizer_config.json loses the loading leftovers (`is_local`, `local_files_only
 `PreTrainedTokenizerFast`, the class both 4.x and 5.x know.
 Writing is atomic (`minimind_trl.fsio.build_directory`): everything goes to `.staging-NAME` beside
 `out_dir`, which then replaces `out_dir` by renames (a kill leaves the old export or the new one).
+`out_dir` must be new, empty or an earlier export (`is_hub_export`): anything else is refused.
 `write_hub_folder` writes the same files into a folder the caller commits (the run folder's final/).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -36,6 +38,7 @@ from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3MoeConfig
 
 from minimind_trl.fsio import build_directory
+from minimind_trl.targets import check_output_folder
 
 from .card import model_card, read_manifest
 from .configuration_minimind import MiniMindConfig
@@ -49,6 +52,28 @@ AUTO_MAP = {
     "AutoModelForCausalLM": "modeling_minimind.MiniMindForCausalLM",
 }
 TOKENIZER_LEFTOVERS = ("is_local", "local_files_only", "name_or_path", "_name_or_path", "cache_dir", "_commit_hash")
+EXPORT_FILES = ("README.md", "config.json", "generation_config.json", "model.safetensors.index.json",
+                "model*.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "chat_template.jinja", *CODE_FILES)
+"""Names (patterns) of the files a Hub export holds (both formats, any transformers release we support)."""
+EXPORT_MODEL_TYPES = ("minimind", "qwen3", "qwen3_moe")
+EARLIER_EXPORT = "an earlier Hub export (minimind or qwen3 format)"
+
+
+def is_hub_export(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is an earlier :func:`save_for_hub` export (either format): a config.json of
+    one of :data:`EXPORT_MODEL_TYPES` and nothing but regular files named in :data:`EXPORT_FILES`, so
+    replacing it loses nothing an export did not write."""
+    folder = Path(folder)
+    for entry in folder.iterdir():
+        if entry.is_symlink() or not entry.is_file() \
+                or not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in EXPORT_FILES):
+            return False
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("model_type") in EXPORT_MODEL_TYPES
 
 
 def qwen3_config(config: MiniMindConfig, dtype: torch.dtype | None = None) -> Qwen3Config | Qwen3MoeConfig:
@@ -188,16 +213,19 @@ def save_for_hub(
     The model card describes the training run of `manifest` (a dict, a manifest.json path or a run
     folder); when it is None and `out_dir` lies in a run folder (its `final/`), that run's manifest.
     `metrics` (name -> value) go into an evaluation table, `base_model` (a Hub id) into the front
-    matter, `repo_id` into the loading example (default ".": run inside the folder). The folder is
-    replaced atomically; on an error the previous export is untouched and nothing is left behind.
+    matter, `repo_id` into the loading example (default ".": run inside the folder). Only a new or
+    empty folder or an earlier export (:func:`is_hub_export`) is a target (the rule of
+    :mod:`minimind_trl.targets`; else :class:`~minimind_trl.targets.OutputTargetError`). The folder
+    is replaced atomically; on an error the previous export is untouched and nothing is left behind.
     """
     out_dir = Path(out_dir)
     if format not in ("minimind", "qwen3"):  # refuse before touching the file system
         raise ValueError(f"save_for_hub: format must be one of ['minimind', 'qwen3'] (got {format!r})")
+    check_output_folder(out_dir, reuse=is_hub_export, expect=EARLIER_EXPORT)
     with build_directory(out_dir) as staging:
         write_hub_folder(model, tokenizer, staging, format, manifest=manifest, metrics=metrics, base_model=base_model,
                          repo_id=repo_id, run_manifest=out_dir.parent / "manifest.json")
     return out_dir
 
 
-__all__ = ["legacy_config_keys", "qwen3_config", "save_for_hub", "write_hub_folder"]
+__all__ = ["EXPORT_FILES", "is_hub_export", "legacy_config_keys", "qwen3_config", "save_for_hub", "write_hub_folder"]

@@ -20,8 +20,9 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 from transformers import set_seed
 
-from minimind_trl.fsio import FolderInUseError, lock_folder, sha256_file, unlock_folder
-from minimind_trl.run_folder import INITIAL_MODEL
+from minimind_trl.fsio import FolderLockError, lock_folder, sha256_file, unlock_folder
+from minimind_trl.run_folder import INITIAL_MODEL, MANIFEST
+from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.trainer import build, run
 from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
@@ -54,7 +55,7 @@ def _on_main(state, func: Callable[[], Any]) -> Any:
     if state.is_main_process:
         try:
             payload[0] = ("ok", func())
-        except (RecipeError, RunFolderError, FileNotFoundError, FolderInUseError) as exc:
+        except (RecipeError, RunFolderError, FileNotFoundError, FolderLockError, OutputTargetError) as exc:
             payload[0] = ("error", f"{type(exc).__name__}: {exc}")
     if state.num_processes > 1:
         broadcast_object_list(payload)
@@ -74,12 +75,20 @@ def train(recipe: dict, run_dir: str, resume: bool, command: list[str]) -> dict:
     state = PartialState()
     if state.is_main_process:
         print(f"minimind-trl train: {training_arguments(recipe)[1].log_line()}", flush=True)
-    _on_main(state, lambda: lock_folder(run_dir, "minimind-trl train"))
+    _on_main(state, lambda: _claim(run_dir))
     try:
         return _train_locked(recipe, config, run_dir, resume, command, state)
     finally:
         if state.is_main_process:
             unlock_folder(run_dir)
+
+
+def _claim(run_dir: str) -> None:
+    """Check the run folder as an output target (never the root or home folder, under a file, or an
+    eval, sweep or demo folder: :mod:`minimind_trl.targets`; emptiness and resuming are
+    :func:`run.prepare_run_dir`'s), then lock it."""
+    check_output_folder(run_dir, own=(MANIFEST,), reuse=lambda folder: True)
+    lock_folder(run_dir, "minimind-trl train")
 
 
 def _train_locked(recipe: dict, config, run_dir: str, resume: bool, command: list[str], state) -> dict:

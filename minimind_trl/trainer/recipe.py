@@ -37,6 +37,7 @@ from minimind_trl.trainer.kinds import TrainingKind, get_kind, registered_kinds
 from minimind_trl.trainer.precision import AUTO as AUTO_PRECISION
 from minimind_trl.trainer.recipe_schema import (
     BOOLEAN,
+    MAX_BATCH_ROWS,
     MODEL_DTYPES,
     NAME,
     REQUIRED,
@@ -76,7 +77,8 @@ VALUES = {
 }
 # TrainingArguments fields that transformers does not range-check (every kind).
 TRAINING_VALUES = {
-    "per_device_train_batch_size": int_at_least(1), "per_device_eval_batch_size": int_at_least(1),
+    "per_device_train_batch_size": int_at_least(1, high=MAX_BATCH_ROWS),
+    "per_device_eval_batch_size": int_at_least(1, high=MAX_BATCH_ROWS),
     "gradient_accumulation_steps": int_at_least(1), "num_iterations": int_at_least(1), "minibatches": int_at_least(1),
     "max_steps": (lambda v: type(v) is int and (v == -1 or v >= 1), "an int >= 1, or -1 (use num_train_epochs)"),
     "num_train_epochs": number(0, above=True), "learning_rate": number(0),

@@ -37,6 +37,10 @@ class _Required:
 REQUIRED: Any = _Required()
 """Default of a section key that the recipe must set."""
 
+MAX_BATCH_ROWS = 16_384
+"""Upper bound of the rows one batch or rollout holds: ``training.per_device_train_batch_size`` /
+``per_device_eval_batch_size`` and GRPO's ``prompts_per_rollout x group_size`` (the protocol: 8 x 4..16)."""
+
 # model.dtype -> the torch dtype the weights are loaded in (mixed precision is training.bf16)
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

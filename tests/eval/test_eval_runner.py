@@ -127,8 +127,10 @@ def test_eval_refuses_bad_input(tmp_path, hub_ckpt, split_dir, tokenizer_dir, ca
         run_evaluation(hub_ckpt, split_dir, busy, tokenizer_path=tokenizer_dir, settings=SETTINGS, progress=False)
     with pytest.raises(CheckpointNotFoundError):
         run_evaluation(tmp_path / "missing", split_dir, tmp_path / "o1", settings=SETTINGS, progress=False)
+    (tmp_path / "no_split").mkdir()
     with pytest.raises(EvalError, match="manifest.json"):
-        run_evaluation(hub_ckpt, tmp_path, tmp_path / "o2", tokenizer_path=tokenizer_dir, settings=SETTINGS)
+        run_evaluation(hub_ckpt, tmp_path / "no_split", tmp_path / "o2", tokenizer_path=tokenizer_dir,
+                       settings=SETTINGS)
     with pytest.raises(EvalError, match="num-samples"):
         run_evaluation(hub_ckpt, split_dir, tmp_path / "o3", settings=EvalSettings(pass_k=(4,), num_samples=2))
     code = eval_main(["--checkpoint", str(tmp_path / "missing"), "--split-dir", str(split_dir),

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +53,19 @@ def write_eval_folder(path: Path, success, *, split_sha=SPLIT_SHA, split="test",
     (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
     sampling = None if samples is None else {"k": [1], "num_samples": samples[0][0], "temperature": temperature}
     (path / "eval_manifest.json").write_text(json.dumps({
-        "checkpoint": {"sha256": ckpt}, "split": {"name": split, "manifest_sha256": split_sha},
+        "checkpoint": {"sha256": ckpt}, "split": {"name": split, "manifest_sha256": split_sha, "evaluated": len(rows)},
         "pass_at_k": sampling}))
     (path / "metrics.json").write_text(json.dumps({"task_success": float(np.mean(success))}))
-    return path
+    return _with_output_hashes(path)
+
+
+def _with_output_hashes(folder: Path) -> Path:
+    """Record records.jsonl's and metrics.json's SHA-256 in the manifest, as `minimind-trl eval` does."""
+    manifest = json.loads((folder / "eval_manifest.json").read_text())
+    manifest["outputs"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                           for name in ("records.jsonl", "metrics.json")}
+    (folder / "eval_manifest.json").write_text(json.dumps(manifest))
+    return folder
 
 
 def _vectors(seed=0):
@@ -397,19 +407,10 @@ def test_resolution_of_identical_runs_is_not_reported_as_zero(tmp_path):
     assert "gspo n/a (constant difference) (questions)." in md
 
 
-def _with_output_hashes(folder: Path) -> Path:
-    """Record records.jsonl's and metrics.json's SHA-256 in the manifest, as `minimind-trl eval` does."""
-    manifest = json.loads((folder / "eval_manifest.json").read_text())
-    manifest["outputs"] = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
-                           for name in ("records.jsonl", "metrics.json")}
-    (folder / "eval_manifest.json").write_text(json.dumps(manifest))
-    return folder
-
-
 def test_records_edited_after_evaluation_are_refused(tmp_path, capsys):
     sft, grpo, _ = _vectors()
-    base = _with_output_hashes(write_eval_folder(tmp_path / "sft", sft))
-    run = _with_output_hashes(write_eval_folder(tmp_path / "grpo", grpo))
+    base = write_eval_folder(tmp_path / "sft", sft)
+    run = write_eval_folder(tmp_path / "grpo", grpo)
     assert summarize_main([str(base), str(run), "--output-dir", str(tmp_path / "ok")]) == 0
     lines = (run / "records.jsonl").read_text().splitlines()
     edited = json.loads(lines[0])
@@ -439,5 +440,94 @@ def test_records_that_contradict_themselves_are_refused_naming_file_line_and_fie
         row.pop("n_gt", None)
     lines[1] = json.dumps(row)
     (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
+    _with_output_hashes(folder)  # as if the evaluation had written them
     with pytest.raises(EvalFolderError, match=rf"records\.jsonl:2: field '{field}'"):
+        summarize([str(folder)], n_resamples=B)
+
+
+# --- issue 40.5: the integrity checks cannot be bypassed, and no non-finite value is summarised
+
+
+def _edit_manifest(folder: Path, edit) -> Path:
+    manifest = json.loads((folder / "eval_manifest.json").read_text())
+    edit(manifest)
+    (folder / "eval_manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+BYPASSES = {
+    "outputs_deleted": lambda f: _edit_manifest(f, lambda m: m.pop("outputs")),
+    "outputs_empty": lambda f: _edit_manifest(f, lambda m: m.update(outputs={})),
+    "outputs_null": lambda f: _edit_manifest(f, lambda m: m.update(outputs=None)),
+    "records_unlisted": lambda f: _edit_manifest(f, lambda m: m["outputs"].pop("records.jsonl")),
+    "listed_file_missing": lambda f: (f / "metrics.json").unlink(),
+    "foreign_entry": lambda f: _edit_manifest(f, lambda m: m["outputs"].update({"../x/records.jsonl": "0" * 64})),
+    "evaluated_deleted": lambda f: _edit_manifest(f, lambda m: m["split"].pop("evaluated")),
+}
+REFUSED_EVEN_WHEN_ALLOWED = ("listed_file_missing", "foreign_entry")
+
+
+@pytest.mark.parametrize("case", sorted(BYPASSES))
+def test_the_hash_check_cannot_be_bypassed(tmp_path, capsys, case):
+    sft, grpo, _ = _vectors()
+    base = write_eval_folder(tmp_path / "sft", sft)
+    run = write_eval_folder(tmp_path / "grpo", grpo)
+    BYPASSES[case](run)
+    argv = [str(base), str(run), "--output-dir", str(tmp_path / "o"), "--n-resamples", "100"]
+    assert summarize_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(run / "eval_manifest.json") in err, err
+    assert not (tmp_path / "o").exists()
+    code = summarize_main([*argv, "--allow-unhashed"])
+    err = capsys.readouterr().err
+    if case in REFUSED_EVEN_WHEN_ALLOWED:
+        assert code == 2 and "WARNING" not in err
+        return
+    assert code == 0 and "WARNING" in err and str(run) in err  # loud: on stderr and in the summary
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["conditions"]["grpo"]["seeds"]["0"]["unverified"] and "unverified" not in \
+        summary["conditions"]["sft"]["seeds"]["0"]
+    assert "WARNING" in (tmp_path / "o" / "summary.md").read_text()
+
+
+def test_fewer_records_than_the_manifest_evaluated_are_refused(tmp_path):
+    sft, _, _ = _vectors()
+    folder = _edit_manifest(write_eval_folder(tmp_path / "sft", sft), lambda m: m["split"].update(evaluated=N + 1))
+    with pytest.raises(EvalFolderError, match=rf"split\.evaluated.*{N + 1}.*{N} records"):
+        summarize([str(folder)], n_resamples=B)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"gt_coverage": float("nan")}, "gt_coverage"),
+    ({"gt_coverage": float("inf")}, "gt_coverage"),
+    ({"samples": {"n": 4, "num_correct": 1, "temperature": float("nan")}}, "samples.temperature"),
+    ({"samples": {"n": 4, "num_correct": 1, "temperature": float("inf")}}, "samples.temperature"),
+    ({"samples": {"n": 4, "num_correct": 1, "temperature": -0.5}}, "samples.temperature"),
+    ({"pass_at_k": {"0": 0.5}}, "pass_at_k"),
+    ({"pass_at_k": {"01": 0.5}}, "pass_at_k"),
+    ({"pass_at_k": {"\u00b2": 0.5}}, "pass_at_k"),
+    ({"samples": {"n": 4, "num_correct": 1, "temperature": 0.8}, "pass_at_k": {"5": 0.5}}, "pass_at_k"),
+    ({"pass_at_k": {"1": float("nan")}}, "pass_at_k"),
+])
+def test_non_finite_and_odd_record_values_are_refused(tmp_path, change, field):
+    folder = write_eval_folder(tmp_path / "sft", [1, 0, 1])
+    lines = (folder / "records.jsonl").read_text().splitlines()
+    row = json.loads(lines[1])
+    row.update(change)
+    lines[1] = json.dumps(row)  # json writes NaN / Infinity, and Python's reader takes them back
+    (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
+    _with_output_hashes(folder)
+    with pytest.raises(EvalFolderError, match=rf"records\.jsonl:2: field '{re.escape(field)}'"):
+        summarize([str(folder)], n_resamples=B)
+
+
+def test_non_finite_manifest_temperatures_and_metrics_are_refused(tmp_path):
+    folder = write_eval_folder(tmp_path / "sft", [1, 0, 1])
+    _edit_manifest(folder, lambda m: m.update(pass_at_k={"k": [1], "temperature": float("nan")}))
+    with pytest.raises(EvalFolderError, match=r"eval_manifest\.json: field 'pass_at_k\.temperature'"):
+        summarize([str(folder)], n_resamples=B)
+    folder = write_eval_folder(tmp_path / "grpo", [1, 0, 1])
+    (folder / "metrics.json").write_text(json.dumps({"task_success": float("inf"), "by_n_gt": {"1": float("nan")}}))
+    _with_output_hashes(folder)
+    with pytest.raises(EvalFolderError, match=r"metrics\.json: field 'task_success'"):
         summarize([str(folder)], n_resamples=B)

@@ -25,6 +25,7 @@ from minimind_trl.modeling import (
     save_native_checkpoint,
 )
 from minimind_trl.modeling.configuration_minimind import MiniMindConfig
+from minimind_trl.targets import TargetNotEmptyError
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR
 
 
@@ -165,9 +166,14 @@ def test_save_for_hub_replaces_atomically(tmp_path, make_tiny_model):
     model = make_tiny_model()
     target = tmp_path / "export"
     save_for_hub(model, None, target, format="qwen3")
-    (target / "stale.txt").write_text("from an earlier export")
-    save_for_hub(model, None, target, format="minimind")
-    assert not (target / "stale.txt").exists() and (target / "modeling_minimind.py").exists()
+    (target / "notes.txt").write_text("not written by an export")
+    with pytest.raises(TargetNotEmptyError, match="not an earlier Hub export"):  # issue 40.1: never deleted
+        save_for_hub(model, None, target, format="minimind")
+    assert (target / "notes.txt").read_text() == "not written by an export"
+    (target / "notes.txt").unlink()
+    save_for_hub(model, None, target, format="minimind")  # an earlier export (of either format) is replaced
+    assert json.loads((target / "config.json").read_text())["model_type"] == "minimind"
+    assert (target / "modeling_minimind.py").exists()
 
     class BrokenTokenizer:
         def save_pretrained(self, folder):

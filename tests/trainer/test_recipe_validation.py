@@ -218,3 +218,25 @@ def test_warmup_with_a_scheduler_that_ignores_it_is_refused(kind, scheduler):
 ], ids=lambda t: ",".join(f"{k}={v}" for k, v in t.items()))
 def test_warmup_with_a_scheduler_that_uses_it_is_accepted(kind, training):
     assert validate_recipe(_with_training(kind, **training))["training"] == training
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["rollout.group_size=1000000000"], "rollout.group_size must be an int in [2, 1024]"),
+    (["rollout.prompts_per_rollout=4096", "rollout.group_size=8"],
+     "rollout.prompts_per_rollout x rollout.group_size = 32768 completions per rollout; at most 16384"),
+    (["rollout.prompts_per_rollout=null", "training.per_device_train_batch_size=100000"],
+     "training.per_device_train_batch_size must be an int in [1, 16384]"),
+    (["rollout.max_tool_turns=100000"], "rollout.max_tool_turns must be an int in [0, 64]"),
+])
+def test_rollout_sizes_have_upper_bounds(tmp_path, split_dir, overrides, message):
+    """Issue 40.3: group_size 10**9 used to pass validation and grow memory until the OOM killer."""
+    started = time.perf_counter()
+    with pytest.raises(RecipeError, match=message.replace(".", r"\.").replace("[", r"\[").replace("]", r"\]")):
+        load_recipe(write_recipe(tmp_path, split_dir), overrides)
+    assert time.perf_counter() - started < 5
+
+
+def test_distill_tool_turns_are_bounded():
+    recipe = {**KIND_RECIPES["distill"], "distill": {"teacher_path": "t", "max_tool_turns": 100000}}
+    with pytest.raises(RecipeError, match=r"distill\.max_tool_turns must be an int in \[0, 64\]"):
+        validate_recipe(recipe)

@@ -9,6 +9,7 @@ from trl import DistillationConfig, DistillationTrainer
 
 from minimind_trl.conversation import task_prompt
 from minimind_trl.envs.environment import install_parse_guard, tool_method
+from minimind_trl.envs.protocol import MAX_TOOL_TURNS
 from minimind_trl.trainer.kinds.registry import (
     TrainingKind,
     build_registry,
@@ -97,7 +98,7 @@ DISTILL = register_kind(TrainingKind(
     }},
     values={
         "distill.teacher_path": NAME, "distill.beta": number(0, 1), "distill.max_completion_length": int_at_least(1),
-        "distill.temperature": number(0, above=True), "distill.max_tool_turns": int_at_least(0),
+        "distill.temperature": number(0, above=True), "distill.max_tool_turns": int_at_least(0, high=MAX_TOOL_TURNS),
         "distill.tool_names": NAMES,
     },
     owned_training_keys={

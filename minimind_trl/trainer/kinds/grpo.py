@@ -11,6 +11,7 @@ from datasets import Dataset
 
 from minimind_trl.conversation import prompt_turns
 from minimind_trl.envs.environment import make_environment_class, with_open_thinking
+from minimind_trl.envs.protocol import MAX_TOOL_TURNS, MAX_TURN_TOKENS
 from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfig
 from minimind_trl.plugins import load_object
 from minimind_trl.rewards.registry import build_reward_functions, reward_function_names
@@ -28,6 +29,7 @@ from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe_schema import (
     BOOLEAN,
     MAPPING,
+    MAX_BATCH_ROWS,
     NAME,
     NAMES,
     REQUIRED,
@@ -56,8 +58,13 @@ def objective_section() -> dict[str, Any]:
     return section
 
 
-MAX_COMPLETION_TOKENS = 32_768
+MAX_COMPLETION_TOKENS = MAX_TURN_TOKENS
 """Upper bound of ``rollout.max_completion_length``: MiniMind's context (max_position_embeddings)."""
+MAX_GROUP_SIZE = 1024
+"""Upper bound of ``rollout.group_size`` (the protocol uses 4 to 16)."""
+MAX_ROLLOUT_COMPLETIONS = MAX_BATCH_ROWS
+"""Upper bound of the completions of one rollout: ``prompts_per_rollout x group_size`` (the protocol:
+8 x 4..16); without ``prompts_per_rollout``, each process's ``per_device_train_batch_size`` has it."""
 GRPO_SECTIONS = {
     "objective": objective_section(),
     "rollout": {
@@ -67,8 +74,9 @@ GRPO_SECTIONS = {
     },
 }
 GRPO_VALUES = {
-    "rollout.group_size": int_at_least(2), "rollout.prompts_per_rollout": int_at_least(1, null=True),
-    "rollout.max_tool_turns": int_at_least(0), "rollout.thinking_ratio": number(0, 1),
+    "rollout.group_size": int_at_least(2, high=MAX_GROUP_SIZE),
+    "rollout.prompts_per_rollout": int_at_least(1, null=True, high=MAX_ROLLOUT_COMPLETIONS),
+    "rollout.max_tool_turns": int_at_least(0, high=MAX_TOOL_TURNS), "rollout.thinking_ratio": number(0, 1),
     "rollout.max_completion_length": int_at_least(1, high=MAX_COMPLETION_TOKENS),
     "rollout.temperature": number(0, above=True),
     "rollout.top_p": number(0, 1, above=True), "rollout.top_k": int_at_least(0),
@@ -131,8 +139,17 @@ def check_rewards(rewards: Any) -> list[dict]:
     return out
 
 
+def check_rollout_size(rollout: dict) -> None:
+    """``prompts_per_rollout x group_size`` completions per rollout at most :data:`MAX_ROLLOUT_COMPLETIONS`."""
+    prompts, group = rollout["prompts_per_rollout"], rollout["group_size"]
+    if prompts is not None and prompts * group > MAX_ROLLOUT_COMPLETIONS:
+        raise RecipeError(f"recipe: rollout.prompts_per_rollout x rollout.group_size = {prompts * group} completions "
+                          f"per rollout; at most {MAX_ROLLOUT_COMPLETIONS}")
+
+
 def _check_grpo(recipe: dict, raw: dict) -> None:
     check_objective(recipe["objective"])
+    check_rollout_size(recipe["rollout"])
     recipe["rewards"] = check_rewards(raw.get("rewards"))
 
 
