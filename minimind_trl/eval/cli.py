@@ -123,6 +123,9 @@ def summarize_main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap seed")
     parser.add_argument("--confidence", type=float, default=stats.DEFAULT_CONFIDENCE, help="CI level")
     parser.add_argument("--num-failures", type=int, default=5, help="wrong answers sampled per condition and seed")
+    parser.add_argument("--assumed-discordance", type=float, default=stats.DEFAULT_ASSUMED_DISCORDANCE,
+                        help="floor of the resolution on binary metrics: the share of questions two runs disagree "
+                             "on when a policy moves (0: the observed discordance only)")
     parser.add_argument("--allow-unhashed", action="store_true",
                         help="summarise eval folders whose manifest records no SHA-256 of its records (or no record "
                              "count), with a warning, marked unverified in the summary (default: refused)")
@@ -136,6 +139,7 @@ def summarize_main(argv: list[str]) -> int:
                 args.conditions, baseline=args.baseline, interaction=args.interaction,
                 n_resamples=args.n_resamples, seed=args.seed, confidence=args.confidence,
                 num_failures=args.num_failures, allow_unhashed=args.allow_unhashed,
+                assumed_discordance=args.assumed_discordance,
             )
         except ValueError as exc:  # bad statistics settings
             raise EvalError(str(exc)) from None

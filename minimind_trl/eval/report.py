@@ -47,15 +47,24 @@ def _resolution_line(summary: dict, rows: dict) -> list[str]:
     for name, row in rows.items():
         if row.get("mde") is None:
             continue
-        part = f"{name} {value(row['mde'])} (questions)"
+        part = f"{name} {value(row['mde'])}{_floored(row.get('mde_basis'))} (questions)"
         if row.get("mde_two_level") is not None:
-            part += f", {value(row['mde_two_level'])} (seeds+questions)"
+            part += f", {value(row['mde_two_level'])}{_floored(row.get('mde_two_level_basis'))} (seeds+questions)"
         parts.append(part)
     if not parts:
         return []
     p = summary["power"]
-    return ["", f"Smallest resolvable Δ ({p['power']:.0%} power, two-sided α = {p['alpha']:.2g}): "
-            + "; ".join(parts) + "."]
+    lines = ["", f"Smallest resolvable Δ ({p['power']:.0%} power, two-sided α = {p['alpha']:.2g}): "
+             + "; ".join(parts) + "."]
+    if any(str(row.get(k, "")).startswith("assumed") for row in rows.values()
+           for k in ("mde_basis", "mde_two_level_basis")):
+        lines.append(f"(* the runs barely differ: the figure assumes the discordance of a moving policy, "
+                     f"{p.get('assumed_discordance', 0):g} of the questions, not the observed one.)")
+    return lines
+
+
+def _floored(basis: str | None) -> str:
+    return "*" if basis and basis.startswith("assumed") else ""
 
 
 def _table_heading(summary: dict, name: str) -> str:

@@ -246,6 +246,23 @@ def minimum_detectable_effect(se: float, power: float = DEFAULT_POWER,
     return mde_multiplier(power, confidence) * float(se)
 
 
+DEFAULT_ASSUMED_DISCORDANCE = 0.08
+"""Share of questions on which two binary-scored runs disagree when one policy has moved: the
+full CPU demo's RL runs against their SFT start disagreed on 0.067 to 0.100 of 600 test
+questions (docs/demo_results.md). The floor of the resolution below."""
+
+
+def discordance_floor_se(n: int, discordance: float = DEFAULT_ASSUMED_DISCORDANCE) -> float:
+    """The standard error of a paired difference of binary per-question values when a share
+    ``discordance`` of the n questions disagree in equal numbers each way (b = c = d n / 2):
+    ``SE = sqrt(d / n)`` (the module docstring's formula with c = b). A resolution computed from an
+    observed discordance far below this (two runs that barely differ) says nothing about what the
+    design resolves for a policy that moves; it is floored at this value."""
+    if not 0.0 <= discordance <= 1.0:
+        raise ValueError(f"discordance must lie in [0, 1], got {discordance!r}")
+    return math.sqrt(discordance / n) if n > 0 else 0.0
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct: ``1 - C(n-c, k) / C(n, k)``.
 

@@ -14,9 +14,13 @@ For each metric and condition X (seed-averaged per-question vector x, baseline y
 * resolution: ``diff_se`` = std_0(x - y) / sqrt(n) and ``mde`` = (z_{1-alpha/2} + z_{power}) *
   ``diff_se``, the smallest difference the paired question comparison detects with 80 % power at
   alpha = 1 - confidence (0.05); ``diff_se_two_level`` / ``mde_two_level`` from the two-level
-  bootstrap's standard error (:func:`~minimind_trl.eval.stats.minimum_detectable_effect`). Both are
-  0 when the compared runs agree on every question (no variance observed: read it as "not
-  measured", not as infinite resolution).
+  bootstrap's standard error (:func:`~minimind_trl.eval.stats.minimum_detectable_effect`). On a
+  binary metric (task success) each standard error is floored at ``sqrt(d / n)``, the value for a
+  policy that moves with discordance d (``assumed_discordance``, default 0.08: the full demo's RL
+  runs disagreed with their SFT start on 0.067-0.100 of the test questions), so two runs that
+  barely differ never claim a fine resolution; ``mde_basis`` / ``mde_two_level_basis`` say whether
+  the observed or the assumed discordance set it. A non-binary metric keeps the observed value (0
+  when the compared runs agree on every question: "not measured", not infinite resolution).
 
 Tables: every metric of :func:`~minimind_trl.eval.metrics.available_metrics` held by every run
 (``sampled_pass@1`` and pass@k only when every run was sampled, at one temperature, else
@@ -384,13 +388,22 @@ def _tables(runs: list[EvalRun], metric_names: list[str]) -> list[Table]:
     return tables
 
 
-def _comparison_rows(mats: dict[str, np.ndarray], baseline: str, boot: dict, power: float) -> dict[str, dict]:
+def _comparison_rows(mats: dict[str, np.ndarray], baseline: str, boot: dict, power: float,
+                     discordance: float = 0.0) -> dict[str, dict]:
     """One table: each condition's mean with its CIs, its difference to the baseline with its CIs and
-    the smallest difference each comparison resolves (module docstring)."""
-    def mde(se: float) -> float:
-        return stats.minimum_detectable_effect(se, power, boot["confidence"])
-
+    the smallest difference each comparison resolves (module docstring); on a binary metric each
+    standard error is floored at :func:`~minimind_trl.eval.stats.discordance_floor_se` of
+    ``discordance`` (``mde_basis`` says which one was used)."""
     base = mats[baseline]
+    binary = all(bool(np.isin(m, (0.0, 1.0)).all()) for m in mats.values())
+    floor = stats.discordance_floor_se(base.shape[1], discordance) if binary else 0.0
+
+    def mde(se: float) -> float:
+        return stats.minimum_detectable_effect(max(se, floor), power, boot["confidence"])
+
+    def basis(se: float) -> str:
+        return "observed" if se >= floor else f"assumed discordance {discordance:g}"
+
     rows = {}
     for name, x in mats.items():
         own = stats.bootstrap_mean_ci(x.mean(axis=0), **boot)
@@ -403,10 +416,11 @@ def _comparison_rows(mats: dict[str, np.ndarray], baseline: str, boot: dict, pow
         else:
             diff = stats.paired_difference_ci(x.mean(axis=0), base.mean(axis=0), **boot)
             se = stats.mean_standard_error(x.mean(axis=0) - base.mean(axis=0))
-            row.update(diff=diff.estimate, diff_ci=_ci(diff), diff_se=se, mde=mde(se))
+            row.update(diff=diff.estimate, diff_ci=_ci(diff), diff_se=se, mde=mde(se), mde_basis=basis(se))
             if x.shape[0] > 1 or base.shape[0] > 1:
                 two = stats.two_level_bootstrap_ci([x, base], [1.0, -1.0], **boot)
-                row.update(diff_ci_two_level=_ci(two), diff_se_two_level=two.se, mde_two_level=mde(two.se))
+                row.update(diff_ci_two_level=_ci(two), diff_se_two_level=two.se, mde_two_level=mde(two.se),
+                           mde_two_level_basis=basis(two.se))
         rows[name] = row
     return rows
 
@@ -448,6 +462,7 @@ def summarize(
     num_failures: int = 5,
     power: float = stats.DEFAULT_POWER,
     allow_unhashed: bool = False,
+    assumed_discordance: float = stats.DEFAULT_ASSUMED_DISCORDANCE,
 ) -> tuple[dict, list[dict]]:
     """Build the summary dict and the failure rows (nothing is written). ``allow_unhashed``: summarise
     eval folders whose manifest records no output hashes (see :func:`load_eval_folder`)."""
@@ -476,7 +491,7 @@ def summarize(
     table: dict[str, dict[str, dict]] = {}
     for table_name, metric, questions in tables:
         table[table_name] = _comparison_rows({name: _matrix(groups[name], metric, questions) for name in names},
-                                             baseline, boot, power)
+                                             baseline, boot, power, assumed_discordance)
 
     inter = None
     if interaction is not None:
@@ -513,6 +528,11 @@ def summarize(
             "formula": "mde = (z_{1-alpha/2} + z_{power}) * se, two-sided",
             "se": "diff_se = std_0(x - y) / sqrt(n) over the compared questions (the paired question "
                   "bootstrap's standard error); diff_se_two_level = std of the two-level bootstrap replicates",
+            "assumed_discordance": assumed_discordance,
+            "floor": "on a binary metric mde uses max(se, sqrt(d / n)) with d = assumed_discordance, the share of "
+                     "questions two runs disagree on when a policy moves (the full demo's RL runs vs SFT: "
+                     "0.067-0.100): a resolution from the observed discordance of runs that barely differ "
+                     "would claim more than the design resolves; mde_basis names the one used",
         },
         "sampling": None if not sampled else {
             "metrics": sampled,

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -312,7 +313,7 @@ def test_smallest_resolvable_difference_hand_worked(tmp_path):
     row = summary["metrics"]["task_success"]["grpo"]
     assert summary["fixed_broken"]["conditions"]["grpo"]["per_seed"]["0"]["fixed"] == 6
     assert row["diff_se"] == pytest.approx(0.0689202437604511, rel=1e-12)
-    assert row["mde"] == pytest.approx(0.19308593614802233, rel=1e-9)
+    assert row["mde"] == pytest.approx(0.19308593614802233, rel=1e-9) and row["mde_basis"] == "observed"
     # independent: numpy's standard deviation and scipy's normal quantiles
     scipy_stats = pytest.importorskip("scipy.stats")
     z = scipy_stats.norm.ppf(0.975) + scipy_stats.norm.ppf(0.8)
@@ -397,10 +398,26 @@ def test_sampled_pass_at_1_only_when_every_run_was_sampled(tmp_path):
         summarize([specs[0], str(bad)], n_resamples=B)
 
 
-def test_resolution_of_identical_runs_is_not_reported_as_zero(tmp_path):
+def test_runs_that_barely_differ_resolve_what_a_moving_policy_would(tmp_path):
+    """Issue 38.6: the resolution of two identical runs (or runs one question apart) is not derived
+    from their near-zero discordance but from the assumed discordance d of a moving policy:
+    MDE = (z_0.975 + z_0.8) * sqrt(d / n), marked in summary.md; with d = 0 the observed figure."""
     sft, _, _ = _vectors()
-    specs = [f"{n}={write_eval_folder(tmp_path / n, sft)}" for n in ("sft", "gspo")]
-    summary, failures = summarize(specs, n_resamples=B)
+    one_apart = sft.copy()
+    one_apart[0] = 1 - one_apart[0]
+    k = stats.mde_multiplier()
+    for other, observed in ((sft, 0.0), (one_apart, np.std(one_apart - sft) / np.sqrt(N))):
+        specs = [f"sft={write_eval_folder(tmp_path / f'sft{observed}', sft)}",
+                 f"gspo={write_eval_folder(tmp_path / f'gspo{observed}', other)}"]
+        summary, failures = summarize(specs, n_resamples=B)
+        row = summary["metrics"]["task_success"]["gspo"]
+        assert row["diff_se"] == pytest.approx(observed)
+        assert row["mde"] == pytest.approx(k * math.sqrt(0.08 / N), rel=1e-12) and row["mde"] > k * observed
+        assert row["mde_basis"] == "assumed discordance 0.08" and summary["power"]["assumed_discordance"] == 0.08
+        md = (write_summary(tmp_path / f"out{observed}", summary, failures) / "summary.md").read_text()
+        assert f"gspo {row['mde']:.4f}* (questions)." in md and "the runs barely differ" in md
+    summary, failures = summarize(specs[:1] + [f"gspo={write_eval_folder(tmp_path / 'same', sft)}"], n_resamples=B,
+                                  assumed_discordance=0.0)
     assert summary["metrics"]["task_success"]["gspo"]["mde"] == 0.0
     assert summary["fixed_broken"]["conditions"]["gspo"]["per_seed"]["0"]["net"] == 0
     md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
