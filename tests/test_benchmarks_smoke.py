@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-SCRIPTS = ("rollout", "update", "mfu", "step_breakdown", "policy_pass", "rl_step")
+SCRIPTS = ("rollout", "update", "mfu", "step_breakdown", "policy_pass", "rl_step", "cpu_speed")
 
 DRIVER = """
 import contextlib, io, sys
@@ -33,7 +33,7 @@ def test_benchmarks_quick_write_json(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "TRL_EXPERIMENTAL_SILENCE": "1",
            "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", DRIVER, str(BENCHMARKS), str(tmp_path), *SCRIPTS],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     results = {name: json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in SCRIPTS}
     for name, payload in results.items():
@@ -53,6 +53,13 @@ def test_benchmarks_quick_write_json(tmp_path):
     mfu = results["mfu"]
     assert mfu["matmul_peak"]["main"]["peak_flops_per_s"] > 0
     assert mfu["update"]["mfu"] > 0 and mfu["rollout"]["mfu"] > 0
+
+    speed = results["cpu_speed"]["results"]
+    assert set(speed["rollout"]) == {"fp32/1t", "fp32/2t", "bf16/1t", "bf16/2t"}
+    assert all(r["generation_s"] > 0 and r["update_s"] > 0 for r in speed["rollout"].values())
+    assert [speed["rollout"][c]["mixed_precision"] for c in ("bf16/1t", "fp32/1t")] == ["bf16", "no"]
+    assert speed["jobs"]["throughput_ratio"] > 0 and speed["eval"]["texts_identical"]
+    assert speed["projection"]["before_s"] > 0 and speed["profile"]["total_s"] > 0
 
     breakdown = results["step_breakdown"]
     assert breakdown["steps"] and not breakdown["missing_timing_fields"]
