@@ -110,23 +110,12 @@ class RunFolder:
         return self.path / METRICS
 
     @property
-    def eval_metrics_path(self) -> Path:
-        return self.path / EVAL_METRICS
-
-    @property
-    def initial_model_dir(self) -> Path:
-        return self.path / INITIAL_MODEL
-
-    @property
     def final_dir(self) -> Path:
         return self.path / FINAL_MODEL
 
     @property
     def adapter_dir(self) -> Path:
         return self.path / ADAPTER
-
-    def checkpoint_dir(self, step: int) -> Path:
-        return self.path / f"{CHECKPOINT_PREFIX}{step}"
 
     def checkpoints(self) -> list[Path]:
         """Committed ``checkpoint-N`` folders, oldest first."""

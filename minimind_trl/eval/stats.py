@@ -277,10 +277,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
-
-
-def pass_at_k_exact(n: int, c: int, k: int) -> float:
-    """The same estimator with exact integer binomials (for checks and small n)."""
-    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)

@@ -27,7 +27,6 @@ from minimind_trl.rewards.verifier import (
     ROLE_HEADER as _ROLE_HEADER,
     SPECIAL_TOKEN as _SPECIAL_TOKEN,
     final_answer_text,
-    observation_result,
 )
 
 # A block cannot hold another opening tag: the last <tool_response> before a close opens it. (With
@@ -69,10 +68,6 @@ class CompletionView:
     @property
     def turns(self) -> int:
         return len(self.turn_texts)
-
-    @property
-    def failed_observations(self) -> int:
-        return sum(observation_result(o) is None for o in self.observations)
 
 
 def _structured_calls(message: dict) -> list[dict]:

@@ -25,7 +25,7 @@ from minimind_trl.run_folder import INITIAL_MODEL, MANIFEST
 from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.tokenization import DEFAULT_TOKENIZER_DIR, load_tokenizer
 from minimind_trl.trainer import build, run
-from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
+from minimind_trl.trainer.errors import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.kinds import get_kind, kind_names
 from minimind_trl.trainer.precision import training_arguments
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, located, one_line, recipe_sha256

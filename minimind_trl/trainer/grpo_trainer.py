@@ -118,6 +118,7 @@ from minimind_trl.objectives import (
 )
 from minimind_trl.trainer.checkpoints import AtomicCheckpointMixin
 from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.errors import NonFiniteError
 from minimind_trl.trainer.moe import RouterRecorder, finalize_counts
 from minimind_trl.trainer.policy_pass import build_layout, setup_policy_passes
 from minimind_trl.trainer.recorder import StepRecorder
@@ -130,15 +131,6 @@ _ACTION_TOKENS_FIELD = ROLLOUT_ACTION_TOKENS
 _LOCAL_ROWS_FIELD = "rollout_local_rows"
 # Objective metrics the micro-batch record handles itself (weighted sums, not means).
 _SUMMED_OBJECTIVE_METRICS = (LOSS, POLICY_LOSS, KL, NUM_ACTION_TOKENS, NUM_VALID_ROWS)
-
-
-class NonFiniteError(RuntimeError):
-    """A non-finite reward, loss or gradient: the run stops before the optimizer step."""
-
-
-class NonFiniteStateError(NonFiniteError):
-    """Non-finite weights or policy found after an optimizer step (``run.CheckFiniteWeights``):
-    the state in memory is not the last good step's and is not saved."""
 
 
 def on_policy_gap(sampling: torch.Tensor, old: torch.Tensor, mask: torch.Tensor):

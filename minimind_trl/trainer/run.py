@@ -43,7 +43,7 @@ from minimind_trl.run_folder import (
     RunFolder,
     checkpoint_step,
 )
-from minimind_trl.trainer.grpo_trainer import NonFiniteError, NonFiniteStateError
+from minimind_trl.trainer.errors import NonFiniteError, NonFiniteStateError
 from minimind_trl.trainer.recipe import one_line, recipe_sha256
 from minimind_trl.trainer.recorder import truncate_metrics
 from minimind_trl.trainer.zero3 import full_weights

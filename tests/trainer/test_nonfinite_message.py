@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import make_trainer
 
-from minimind_trl.trainer.grpo_trainer import NonFiniteError
+from minimind_trl.trainer.errors import NonFiniteError
 
 
 def test_nan_gradient_with_finite_loss_is_named_on_a_single_process(tmp_path):

@@ -12,7 +12,7 @@ import torch
 from helpers import train, weights, write_recipe
 
 from minimind_trl.trainer import run
-from minimind_trl.trainer.grpo_trainer import NonFiniteStateError
+from minimind_trl.trainer.errors import NonFiniteStateError
 from minimind_trl.trainer.run import read_status
 
 

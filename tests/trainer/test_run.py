@@ -18,7 +18,7 @@ from minimind_trl.data.splits import prepare_splits
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.modeling import MiniMindForCausalLM
 from minimind_trl.trainer import build, cli
-from minimind_trl.trainer.grpo_trainer import NonFiniteError
+from minimind_trl.trainer.errors import NonFiniteError
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import prepare_run_dir, read_status, run_training
 

@@ -83,7 +83,7 @@ def test_reuse_action_is_one_rule_keyed_by_the_recipe_hash(tmp_path):
 def test_checkpoints_and_of_checkpoint(tmp_path):
     run = RunFolder(tmp_path)
     for step in (10, 2):
-        run.checkpoint_dir(step).mkdir()
+        (run.path / f"checkpoint-{step}").mkdir()
     (tmp_path / ".staging-checkpoint-12").mkdir()
     (tmp_path / ".old-checkpoint-3").mkdir()
     assert [p.name for p in run.checkpoints()] == ["checkpoint-2", "checkpoint-10"]
@@ -122,11 +122,11 @@ def test_recover_drops_an_aside_whose_replacement_is_in(tmp_path):
     run = RunFolder(tmp_path)
     _write(run.final_dir / "config.json", {"new": True})
     _write(aside_path(run.final_dir) / "config.json", {"old": True})
-    _write(aside_path(run.checkpoint_dir(4)) / "x", {})
+    _write(aside_path(run.path / "checkpoint-4") / "x", {})
     run.recover()
     assert json.loads((run.final_dir / "config.json").read_text()) == {"new": True}
     assert not aside_path(run.final_dir).exists()
-    assert run.checkpoint_dir(4).is_dir() and not aside_path(run.checkpoint_dir(4)).exists()
+    assert (run.path / "checkpoint-4").is_dir() and not aside_path(run.path / "checkpoint-4").exists()
     assert staging_path(run.final_dir).name == f".staging-{FINAL_MODEL}"
 
 
