@@ -58,7 +58,8 @@ READ = "attribute read"
 WRITE = "attribute written"
 IMPORT = "private import"
 REPLACED = "replaced at run time"
-KINDS = (OVERRIDE, READ, WRITE, IMPORT, REPLACED)
+BATCH = "batch key read"  # a key of the batch dict TRL's scoring returns, which our passes consume
+KINDS = (OVERRIDE, READ, WRITE, IMPORT, REPLACED, BATCH)
 
 
 def _ours(module: types.ModuleType) -> str:
@@ -164,6 +165,31 @@ CONTRACT: tuple[TouchPoint, ...] = (
     T("trl.distributed.DistributedBackend", "summon_full_params", READ, "(self, module, **kwargs)", GRPO,
       "gather sharded parameters for generation"),
     T(_GRPO, "_tokenizer", READ, None, GRPO, "pad id for the MiniMind engine"),
+    T(_GRPO, "aux_loss_enabled", READ, None, GRPO, "ask TRL's pass for the MoE aux loss"),
+    T(_GRPO, "environments", READ, None, GRPO, "per-trajectory tool records"),
+    T(_GRPO, "eos_token_ids", READ, None, GRPO, "end a model turn in the MiniMind engine"),
+    T(_GRPO, "generation_config", READ, None, GRPO, "the engine's temperature, top-k, top-p"),
+    T(_GRPO, "generation_kwargs", READ, None, GRPO, "unwrap the policy for generation as TRL does"),
+    T(_GRPO, "max_completion_length", READ, None, GRPO, "each turn's token budget"),
+    T(_GRPO, "num_generations", READ, None, GRPO, "group size of the advantages"),
+    T(_GRPO, "num_generations_eval", READ, None, GRPO, "group size of evaluation rollouts"),
+    T(_GRPO, "ref_model", READ, None, GRPO, "prefix-shared pass on the reference model"),
+    T(_GRPO, "reward_func_names", READ, None, GRPO, "name the reward columns"),
+    T(_GRPO, "reward_weights", READ, None, GRPO, "the weighted reward sum"),
+    T(_GRPO, "router_aux_loss_coef", READ, None, GRPO, "weight of the MoE aux loss"),
+    T(_GRPO, "temperature", READ, None, GRPO, "logits temperature of the policy passes"),
+    T(_GRPO, "use_transformers_continuous_batching", READ, None, GRPO, "keep TRL's engine for it"),
+    T(_GRPO, "use_vllm", READ, None, GRPO, "keep TRL's engine for it"),
+    T("trl.GRPOConfig", "steps_per_generation", WRITE, None, GRPO,
+      "switch off TRL's old-log-prob pass under M minibatches",
+      evidence=((f"{_GRPO}._generate_and_score_completions",
+                 "generate_every = self.args.steps_per_generation * self.num_iterations"),)),
+    *(T(f"{_GRPO}._generate_and_score_completions", key, BATCH, None, GRPO, why,
+        evidence=((f"{_GRPO}._generate_and_score_completions", f'"{key}"'),))
+      for key, why in (("prompt_ids", "policy passes, prefix layout"), ("prompt_mask", "policy passes"),
+                       ("completion_ids", "policy passes, lengths"), ("completion_mask", "action mask"),
+                       ("tool_mask", "action mask (0 on tool tokens)"), ("advantages", "replaced by ours"),
+                       ("sampling_per_token_logps", "the on-policy check"))),
     T(_GRPO, "num_iterations", WRITE, None, GRPO, "switch off TRL's old-log-prob pass",
       evidence=((f"{_GRPO}._generate_and_score_completions",
                  "generate_every = self.args.steps_per_generation * self.num_iterations"),)),
@@ -226,6 +252,10 @@ CONTRACT: tuple[TouchPoint, ...] = (
     T(_GRPO, "_generate", OVERRIDE, "(self, prompts: list)", ENVIRONMENT, "a TrajectoryRecord per environment",
       evidence=((f"{_GRPO}._generate", "return prompt_ids, completion_ids, tool_mask, completions"),)),
     T(_GRPO, "_tokenizer", READ, None, ENVIRONMENT, "render prompts and tool turns"),
+    T(_GRPO, "chat_template", READ, None, ENVIRONMENT, "render prompts as TRL does"),
+    T(_GRPO, "chat_template_kwargs", READ, None, ENVIRONMENT, "render prompts as TRL does"),
+    T(_GRPO, "environment_factories", READ, None, ENVIRONMENT, "find the environment class"),
+    T(_GRPO, "environments", READ, None, ENVIRONMENT, "a TrajectoryRecord per environment"),
     T(_GRPO, "_environment_pool", READ, None, ENVIRONMENT, "find the environment class"),
     T(_GRPO, "_multi_environment", READ, None, ENVIRONMENT, "refuse several environments"),
     T(_GRPO, "_standalone_tools", READ, None, ENVIRONMENT, "refuse tools= beside the environment"),
@@ -457,9 +487,12 @@ def contract_problems(entries=CONTRACT) -> list[str]:
         except (ImportError, AttributeError) as exc:
             problem(f"{entry.owner} to exist", f"nothing there ({type(exc).__name__}: {exc})")
             continue
-        obj = owner
-        for part in entry.name.split("."):
-            obj = getattr(obj, part, _MISSING)
+        if entry.kind == BATCH:  # a dict key: its evidence (the key in the producing source) is the check
+            obj = owner
+        else:
+            obj = owner
+            for part in entry.name.split("."):
+                obj = getattr(obj, part, _MISSING)
         # An instance attribute is not on the class: the attribute check below looks for it.
         instance_attribute = entry.kind in (READ, WRITE) and entry.signature is None
         if obj is _MISSING and not instance_attribute:
@@ -607,6 +640,46 @@ def test_our_private_attributes_do_not_shadow_upstream_ones():
                 if owner is not None:
                     clashes.append(f"{ours.__qualname__}.{name} is also {owner.__module__}.{owner.__qualname__}'s")
     assert not clashes, f"private names shared with upstream (rename ours, or list them): {sorted(set(clashes))}"
+
+
+def _private_reads(tree: ast.AST, receivers: tuple[str, ...]) -> set[str]:
+    """``_x`` of every ``self._x`` / ``trainer._x`` (read or written) in ``tree`` (dunders aside)."""
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in receivers
+            and node.attr.startswith("_") and not node.attr.startswith("__")}
+
+
+def unlisted_private_reads() -> list[str]:
+    """Private names our code reaches on an upstream object that neither our classes define nor the
+    contract lists: ``self._x`` inside our upstream subclasses and their mixins, ``trainer._x`` in
+    any module of the package. Each is an upstream internal a TRL upgrade could remove silently."""
+    listed = {e.name.split(".")[0] for e in CONTRACT}
+    problems = set()
+    for cls in our_upstream_subclasses():
+        ours = [c for c in cls.__mro__ if c.__module__.split(".")[0] == "minimind_trl"]
+        defined = set()
+        for own in ours:
+            defined |= set(vars(own)) | set(re.findall(r"self\.(_[A-Za-z]\w*)\s*(?::[^=\n]+)?=(?!=)", _source(own)))
+        for own in ours:
+            for name in _private_reads(ast.parse(inspect.cleandoc("\n" + _source(own))), ("self",)):
+                if name not in defined and name not in listed and name not in _IGNORED_NAMES:
+                    problems.add(f"{own.__qualname__} ({_our_file(own)}) reads self.{name}")
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for name in _private_reads(ast.parse(path.read_text(encoding="utf-8")), ("trainer",)):
+            if name not in listed:
+                problems.add(f"{path.relative_to(REPO_ROOT).as_posix()} reads trainer.{name}")
+    return sorted(problems)
+
+
+def test_every_private_upstream_name_we_read_is_listed():
+    """Issue 39 item 2: an AST walk of our code; a private name reached on an upstream object must be
+    ours or a CONTRACT row, so a TRL upgrade that drops it fails here, not deep inside a trainer test."""
+    assert not unlisted_private_reads(), unlisted_private_reads()
+
+
+def test_the_private_read_check_sees_an_unlisted_name():
+    tree = ast.parse("class X:\n    def f(self):\n        return self._ghost + trainer._other + self.public")
+    assert _private_reads(tree, ("self", "trainer")) == {"_ghost", "_other"}
 
 
 def test_checker_reports_a_changed_signature(monkeypatch):
