@@ -1,6 +1,7 @@
 """The CPU demo: the whole protocol, from nothing, on a laptop-class machine.
 
-``minimind-trl demo --output-dir runs/demo`` runs, one stage after another:
+``minimind-trl demo --output-dir runs/demo`` runs one fixed experiment (:data:`DEFAULT`; the same
+arms, seeds, rollouts and questions on every machine), one stage after another:
 
 1. data      generate agent-math tasks (seed 42) and prepare audited train/val/test splits;
 2. tokenizer build the 6400-id byte-level BPE tokenizer from project data (rendered gold
@@ -8,60 +9,54 @@
              ``minimind-trl tokenizer build``;
 3. pretrain  next-token pretraining of a small MiniMind (``demo`` preset, ~5M parameters) from
              random init on short plain-text solutions of the training split mixed with
-             number-copy drills (``minimind_trl.data.drills``), packed into 128-token blocks,
-             small batches (``recipes/demo/pretrain.yaml``): the drills make the model learn to
-             copy numbers (operands into calls, results into answers), which the solution texts
-             alone do not teach a 5M model within the budget;
+             number-copy drills (``minimind_trl.data.drills``), packed into 128-token blocks
+             (``recipes/demo/pretrain.yaml``): the drills make the model learn to copy numbers
+             (operands into calls, results into answers), which the solution texts alone do not
+             teach a 5M model within the budget;
 4. sft       SFT on gold tool-use trajectories of the training split (``recipes/demo/sft.yaml``,
              assistant-only loss);
-5. rl        GRPO, CISPO, Dr.GRPO and GSPO from that same SFT checkpoint, each with the same RL
-             seeds (``--seeds``, default 3: seed, seed+1, ...; one seed gives every objective the
-             same data order and sampling stream), same rollout budget (``recipes/demo/rl.yaml``
-             with ``objective.preset`` and ``seed`` set per run);
+5. rl        every arm of the experiment (a recipe of ``recipes/demo`` and its own ``--set`` items)
+             from that same SFT checkpoint, with the same RL seeds (``--seeds``; one seed gives every
+             arm the same data order and sampling streams);
 6. eval      frozen greedy evaluation of the SFT checkpoint and every RL run on the test split;
 7. summary   ``summary.md`` with per-seed results, paired-bootstrap CIs against SFT over questions
              and two-level CIs (training seeds, then questions), and PNG plots.
 
 Every heavy stage is the public command a user would type (``minimind-trl train``, ``eval``,
-``summarize``, ``plot``), run in a child process, so the demo exercises exactly the documented
-path. Stages 5-7 are the sweep's own driver (:func:`minimind_trl.sweep.drive`) on a plan the demo
-names (:func:`rl_plan`): runs in ``runs/<condition>-seed<S>``, evaluations in ``eval/``, the
+``summarize``, ``plot``), run in a child process. Pretraining and SFT run with two threads (the
+reference machine's; the same SFT start on every machine); the RL runs and evaluations run two at
+a time (``--jobs``, default 2), one thread each, so a run's numbers do not depend on the machine's
+core count. Stages 5-7 are the sweep's own driver (:func:`minimind_trl.sweep.drive`) on a plan the
+demo names (:func:`rl_plan`): runs in ``runs/<arm>-seed<S>``, evaluations in ``eval/``, the
 summary in ``summary/`` and plots in ``plots/``, with the sweep's reuse rules (a run by its recipe
 hash, an evaluation by its weights and settings; summary and plots are rewritten every time). A
 stage whose output is complete is skipped on ``--resume``; anything half-written is refused, never
-overwritten. ``--quick`` shrinks every stage (a couple of minutes; for CI-like
-smoke runs), without changing what is run.
+overwritten. ``--quick`` shrinks every stage (a few minutes; it proves the chain, it learns
+nothing). ``--dry-run`` prints the plan and its time on the reference machine and writes nothing.
 
 ``--ablation`` adds the two missing cells of the 2x2 (advantage z-score / centred x reduction
 per-sequence mean / fixed L), with the same RL seeds: ``zscore_fixedL`` (Dr.GRPO's fixed-L
 reduction with GRPO's z-score advantage) and ``center_seqmean`` (GRPO's per-sequence mean with
-Dr.GRPO's centred advantage). The summary then reports the interaction
-``(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)``, GRPO and Dr.GRPO being
-the other two cells.
+Dr.GRPO's centred advantage), and the quick demo's other objectives (CISPO, GSPO) when they are
+missing. The summary then reports the interaction
+``(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)``.
 
-Time. Every stage's wall time goes to ``timings.json``. After pretraining and SFT the demo projects
-the rest from how long this machine took for those two stages against the reference machine
-(:data:`REFERENCE_SECONDS`, 2 idle cores) and prints the projection. It shortens the RL stage to fit
-its budget (:data:`DEFAULT_BUDGET_MIN` minutes unless ``--budget MINUTES``): fewer rollouts per run
-(not below 2), then 2 RL seeds, and evaluates each checkpoint on the first
-``budget_eval_questions`` (150) of the 600 test questions; what it chose is printed and recorded
-in ``timings.json`` (``plan``), and ``--resume`` keeps that plan; a resume that asks for another
-one (another ``--budget``, ``--full-rl``, ``--seeds``) is refused. A finished RL run is reused
-only when it ran the recipe this call would run (the sweep's rule, ``recipe_sha256``). The full
-recipe (60 rollouts, the setting that raised greedy success) takes about 12 minutes per run on 2
-cores; ``--full-rl`` runs it whole and evaluates on every test question.
+Time. Every stage's wall time goes to ``timings.json``. Before it starts the demo prints its plan
+and the time the plan took on the reference machine (:data:`REFERENCE_SECONDS`, 2 idle cores);
+after pretraining and SFT it prints the projection for this machine (scaled by how long those two
+stages took here). Nothing in the plan depends on the measured speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import math
 import random
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minimind_trl import sweep
@@ -76,31 +71,63 @@ from minimind_trl.subprocess_runner import CommandFailed, run_cli
 from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
 
-CONDITIONS = ("grpo", "cispo", "dr_grpo", "gspo")
-# --ablation: the 2x2's other two cells as recipe overrides (GRPO is z-score x per-sequence mean,
-# Dr.GRPO centred x fixed L).
-ABLATION_CONDITIONS = {
-    "zscore_fixedL": ("objective.preset=dr_grpo", "objective.advantage=zscore"),
-    "center_seqmean": ("objective.preset=grpo", "objective.advantage=center"),
-}
-INTERACTION = "zscore_seqmean=grpo,zscore_fixedL=zscore_fixedL,center_seqmean=center_seqmean,center_fixedL=dr_grpo"
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes" / "demo"  # the repository checkout
 TIMINGS_FILE = "timings.json"
+PRETRAIN_THREADS = 2  # pretraining and SFT: the reference machine's threads
+DEFAULT_JOBS = 2  # RL runs and evaluations side by side, one thread each
 
-# Wall seconds of the full demo on the reference machine (2 idle cores; docs/demo_results.md). An RL
-# run costs ``rl_run_overhead + rollouts * rl_rollout`` (process start, model load, save; then each
-# rollout of recipes/demo/rl.yaml: 24 prompts x 4 trajectories at T=0.7, K=1 update). rl_rollout is an
-# estimate: 11.5 s per rollout measured on this project's 2-core session machine (4.2 s sampling +
-# 7.3 s update), scaled by 0.64, the ratio of the previous recipe's reference figure to its time on
-# that machine; ``eval_question`` is one checkpoint's evaluation per test question, the same way (62 s
-# for 300 questions at batch 50 on that machine, less the ~10 s process start, x 0.64: about 0.15 s,
-# so 90 s for the 600 test questions).
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run_overhead": 13.0, "rl_rollout": 7.4,
-                     "eval_question": 0.15, "summary": 17.0}
-DEFAULT_BUDGET_MIN = 30.0
-"""The full-size demo's time budget unless ``--budget`` or ``--full-rl`` says otherwise."""
-MIN_BUDGET_ROLLOUTS = 2
-MIN_BUDGET_SEEDS = 2
+
+@dataclass(frozen=True)
+class Arm:
+    """One RL condition of the demo: ``recipes/demo/<recipe>`` with its own ``--set`` items."""
+
+    name: str
+    overrides: tuple[str, ...]
+    recipe: str = "rl.yaml"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A fixed demo experiment: its arms, RL seeds and test questions, what it shows, and the wall
+    seconds its stages took on the reference machine (:data:`REFERENCE_SECONDS` keys)."""
+
+    name: str
+    shows: str
+    arms: tuple[Arm, ...]
+    seeds: int
+    eval_questions: int
+
+
+OBJECTIVES = ("grpo", "cispo", "dr_grpo", "gspo")
+# --ablation: the 2x2's other two cells (GRPO is z-score x per-sequence mean, Dr.GRPO centred x fixed L).
+ABLATION_ARMS = (
+    Arm("zscore_fixedL", ("objective.preset=dr_grpo", "objective.advantage=zscore")),
+    Arm("center_seqmean", ("objective.preset=grpo", "objective.advantage=center")),
+)
+INTERACTION = "zscore_seqmean=grpo,zscore_fixedL=zscore_fixedL,center_seqmean=center_seqmean,center_fixedL=dr_grpo"
+
+DEFAULT = Experiment(
+    name="k1_two_algorithms",
+    shows=("RL lifts the SFT start on the 600 test questions (the full demo measured about +0.04 per objective, "
+           "two-level CIs above zero), with the two algorithms that differ at K = 1: GRPO (z-scored advantage, "
+           "per-sequence mean) and Dr.GRPO (centred advantage, fixed-length sum). At K = 1 every ratio is 1, "
+           "so CISPO and GSPO would repeat GRPO's gradient; the four differ under replay (K > 1: "
+           "docs/demo_results.md)"),
+    arms=(Arm("grpo", ("objective.preset=grpo",)), Arm("dr_grpo", ("objective.preset=dr_grpo",))),
+    seeds=3,
+    eval_questions=600,
+)
+QUICK = Experiment(name="quick", shows="the chain runs end to end (a tiny model learns nothing in one rollout)",
+                   arms=tuple(Arm(name, (f"objective.preset={name}",)) for name in OBJECTIVES), seeds=2,
+                   eval_questions=20)
+
+# Wall seconds of the default experiment's stages on the reference machine (2 idle cores;
+# docs/demo_results.md): pretraining and SFT with 2 threads; one RL run of recipes/demo/rl.yaml
+# (process start, 60 rollouts, saving) and one evaluation of the 600 test questions, each while a
+# second job runs beside it on the other core (the demo runs them two at a time); summary and plots.
+# rl_run: 60 rollouts x 11.5 s (benchmarks/cpu_speed.py: a bf16 one-thread job beside another, demo
+# recipe) + 20 s; eval: 155 CPU seconds per 600 questions at one thread, +15% beside another job.
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run": 710.0, "eval": 180.0, "summary": 30.0}
 
 
 @dataclass(frozen=True)
@@ -114,38 +141,45 @@ class DemoSize:
     pretrain_epochs: float
     sft_rows: int  # gold trajectories used for SFT (the first N of the training split)
     sft_epochs: float
-    rl_rollouts: int | None  # rollouts per RL run (each = K optimizer updates); None: the RL recipe's
-    rl_seeds: int  # RL seeds per objective (all from the one SFT start)
     eval_batch_size: int
+    rl_rollouts: int | None = None  # rollouts per RL run (each = K optimizer updates); None: the recipe's
     rl_prompts: int | None = None  # prompts per rollout (x the group size); None: the recipe's
-    budget_eval_questions: int | None = None  # a budget-fitted demo reads the first N test questions; None: all
 
 
 SIZES = {
     "full": DemoSize(num_tasks=5000, val_size=300, test_size=600, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
-                     sft_epochs=1.0, rl_rollouts=None, rl_seeds=3, eval_batch_size=50, budget_eval_questions=150),
+                     sft_epochs=1.0, eval_batch_size=50),
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=20, drill_rows=200, pretrain_epochs=1.0, sft_rows=64,
-                      sft_epochs=1.0, rl_rollouts=1, rl_seeds=2, eval_batch_size=20, rl_prompts=4),
+                      sft_epochs=1.0, eval_batch_size=20, rl_rollouts=1, rl_prompts=4),
 }
 
 
 @dataclass(frozen=True)
 class RLRecipe:
-    """What the demo reads from ``recipes/demo/rl.yaml`` (the one home of the demo's RL settings)."""
+    """What the demo reads from an RL recipe of ``recipes/demo`` (the one home of its settings)."""
 
-    updates_per_rollout: int  # training.num_iterations (K)
+    updates_per_rollout: int  # K = training.num_iterations (E passes) x training.minibatches (M)
     group_size: int  # rollout.group_size
     rollouts: int  # training.max_steps / K
+    prompts: int | None  # rollout.prompts_per_rollout
+    learning_rate: float
+    passes: int = 1
+    minibatches: int = 1
 
 
-def rl_recipe() -> RLRecipe:
-    """The RL recipe's K, group size and rollouts per run; its ``max_steps`` must be a multiple of K."""
-    recipe = load_recipe(RECIPE_DIR / "rl.yaml")
-    k, steps = recipe["training"]["num_iterations"], recipe["training"]["max_steps"]
+def rl_recipe(name: str = "rl.yaml") -> RLRecipe:
+    """K, group size, rollouts per run, prompts and step of ``recipes/demo/NAME``; its ``max_steps``
+    must be a multiple of K."""
+    recipe = load_recipe(RECIPE_DIR / name)
+    training = recipe["training"]
+    passes, minibatches = training.get("num_iterations", 1), training.get("minibatches", 1)
+    k, steps = passes * minibatches, training["max_steps"]
     if steps % k:
-        raise DemoError(f"{RECIPE_DIR / 'rl.yaml'}: training.max_steps={steps} is not a multiple of "
-                        f"training.num_iterations={k}")
-    return RLRecipe(updates_per_rollout=k, group_size=recipe["rollout"]["group_size"], rollouts=steps // k)
+        raise DemoError(f"{RECIPE_DIR / name}: training.max_steps={steps} is not a multiple of K={k}")
+    return RLRecipe(updates_per_rollout=k, group_size=recipe["rollout"]["group_size"], rollouts=steps // k,
+                    prompts=recipe["rollout"]["prompts_per_rollout"], learning_rate=training["learning_rate"],
+                    passes=passes, minibatches=minibatches)
+
 
 # The demo's task mix: questions the calculator answers (arithmetic, percentages, powers), with one
 # or two ground-truth values, no distractor tools (prompts stay short enough for 2 CPU cores) and
@@ -166,8 +200,9 @@ def _log(message: str) -> None:
 def _run(args: list[str], log_file: Path) -> None:
     """Run ``minimind-trl ARGS`` in a child process, its output teed to ``log_file`` (rewritten)."""
     _log("$ minimind-trl " + " ".join(args))
-    try:
-        run_cli(args, log_file, append=False, header=False, echo=True, check=True)
+    try:  # the reference machine's two threads, whatever this machine has: the same SFT start everywhere
+        run_cli(args, log_file, append=False, header=False, echo=True, check=True,
+                env=sweep.slot_env(sweep.cpu_slots(1, cores=PRETRAIN_THREADS)[0]))
     except CommandFailed as exc:
         raise DemoError(str(exc)) from None
 
@@ -300,40 +335,38 @@ def sft_overrides(data_dir: Path, pretrained: Path, tokenizer: Path, size: DemoS
             f"model.path={pretrained}", f"tokenizer.path={tokenizer}", f"seed={seed}"]
 
 
-def rl_condition_overrides(objective: tuple[str, ...], rollouts: int | None = None,
-                           prompts: int | None = None) -> list[str]:
-    """One RL condition's own ``--set`` items (the sweep's ``Condition.overrides``): ``objective``'s,
-    and only for a plan that differs from ``recipes/demo/rl.yaml`` (``--budget``, ``--quick``)
-    ``rollouts`` x K updates and ``prompts`` per rollout. The start, data, tokenizer and seed come
-    from :func:`rl_plan`; every other training setting is the recipe's."""
-    recipe = rl_recipe()
+def rl_condition_overrides(arm: Arm, rollouts: int | None = None, prompts: int | None = None) -> list[str]:
+    """One arm's own ``--set`` items (the sweep's ``Condition.overrides``): its overrides and, only for a
+    size that differs from its recipe (``--quick``), ``rollouts`` x K updates and ``prompts`` per
+    rollout. The start, data, tokenizer and seed come from :func:`rl_plan`; every other training
+    setting is the recipe's."""
+    recipe = rl_recipe(arm.recipe)
     shape = []
     if prompts is not None:
         shape += [f"rollout.prompts_per_rollout={prompts}",
-                  f"training.per_device_train_batch_size={prompts * recipe.group_size}"]
+                  f"training.per_device_train_batch_size={prompts * recipe.group_size // recipe.minibatches}"]
     if rollouts is not None and rollouts != recipe.rollouts:
         shape.append(f"training.max_steps={rollouts * recipe.updates_per_rollout}")
-    return [*objective, *shape]
+    return [*arm.overrides, *shape]
 
 
-def rl_plan(out: Path, sft: Path, splits: Path, tokenizer: Path, table: dict[str, tuple[str, ...]],
-            seeds: list[int], rollouts: int | None = None, prompts: int | None = None,
-            resume: bool = False) -> sweep.Plan:
-    """The RL stage as a sweep plan (:class:`minimind_trl.sweep.Plan`): every condition of ``table``
-    x ``seeds`` trains ``recipes/demo/rl.yaml`` from ``sft`` into ``out/runs/<condition>-seed<S>``,
-    is evaluated into ``out/eval/<condition>-seed<S>`` (the SFT start into ``out/eval/sft``), and the
-    summary and plots go to ``out/summary`` and ``out/plots``. A run folder is reused by the sweep's
-    rule (the recipe hash); without ``resume`` only new folders are accepted."""
+def rl_plan(out: Path, sft: Path, splits: Path, tokenizer: Path, arms: tuple[Arm, ...], seeds: list[int],
+            rollouts: int | None = None, prompts: int | None = None, resume: bool = False) -> sweep.Plan:
+    """The RL stage as a sweep plan (:class:`minimind_trl.sweep.Plan`): every arm x seed trains its
+    recipe from ``sft`` into ``out/runs/<arm>-seed<S>``, is evaluated into ``out/eval/<arm>-seed<S>``
+    (the SFT start into ``out/eval/sft``), and the summary and plots go to ``out/summary`` and
+    ``out/plots``. A run folder is reused by the sweep's rule (the recipe hash); without ``resume``
+    only new folders are accepted."""
     plan = sweep.Plan(protocol="demo", recipes_dir=str(RECIPE_DIR), data=str(splits), sft=str(sft), out=str(out),
                       seeds=list(seeds), overrides=[f"tokenizer.path={tokenizer}"],
                       baseline_eval=str(out / "eval" / sweep.BASELINE), summary_dir=str(out / "summary"),
                       plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
     for seed in seeds:
-        for name, objective in table.items():
-            label = f"{name}-seed{seed}"
-            cond = sweep.Condition(name=name, seed=seed, recipe=str(RECIPE_DIR / "rl.yaml"),
+        for arm in arms:
+            label = f"{arm.name}-seed{seed}"
+            cond = sweep.Condition(name=arm.name, seed=seed, recipe=str(RECIPE_DIR / arm.recipe),
                                    run_dir=str(out / "runs" / label), eval_dir=str(out / "eval" / label),
-                                   overrides=rl_condition_overrides(objective, rollouts, prompts))
+                                   overrides=rl_condition_overrides(arm, rollouts, prompts))
             try:
                 action, conflict = sweep.reuse_action(plan, cond)
             except sweep.SweepError as exc:
@@ -356,13 +389,15 @@ def eval_settings(size: DemoSize, questions: int | None = None) -> dict:
 
 
 def demo_runner(timings: Timings) -> sweep.Runner:
-    """The sweep's runner for the demo: each command echoed (training bars included) and logged,
-    its wall time recorded in ``timings.json`` under the log's name (``grpo-seed42.train``, ...)."""
+    """The sweep's runner for the demo: each command echoed (training bars included) and logged, on
+    its ``--jobs`` slot's thread count, its wall time recorded in ``timings.json`` under the log's
+    name (``grpo-seed42.train``, ...)."""
 
     def run(args: list[str], log: Path, devices: str | None = None) -> int:
         _log("$ minimind-trl " + " ".join(args))
         started = time.time()
-        rc = run_cli(args, log, append=False, header=False, echo=True)
+        rc = run_cli(args, log, append=False, header=False, echo=True,
+                     env=None if devices is None else sweep.slot_env(devices))
         if rc == 0:
             timings.record(Path(log).stem, time.time() - started)
         return rc
@@ -370,46 +405,94 @@ def demo_runner(timings: Timings) -> sweep.Runner:
     return run
 
 
-def conditions(ablation: bool) -> dict[str, tuple[str, ...]]:
-    """Condition name -> its recipe overrides: the four objectives, plus the 2x2 cells with ``ablation``."""
-    table = {name: (f"objective.preset={name}",) for name in CONDITIONS}
+def arms_of(experiment: Experiment, ablation: bool) -> tuple[Arm, ...]:
+    """The experiment's arms, with ``ablation`` the 2x2's missing cells (and GRPO, Dr.GRPO if absent)."""
+    arms = list(experiment.arms)
     if ablation:
-        table.update(ABLATION_CONDITIONS)
-    return table
+        names = {arm.name for arm in arms}
+        arms += [Arm(name, (f"objective.preset={name}",)) for name in ("grpo", "dr_grpo") if name not in names]
+        arms += [arm for arm in ABLATION_ARMS if arm.name not in names]
+    return tuple(arms)
 
 
-@dataclass(frozen=True)
-class RLPlan:
-    """What the RL stage runs: rollouts per run, RL seeds per condition and the test questions each
-    checkpoint is evaluated on (the first N of the split)."""
+@dataclass
+class Plan:
+    """What one ``minimind-trl demo`` call runs: the experiment, its arms (with ``--ablation``), the RL
+    seeds, the rollouts and prompts of each run (None: the recipe's) and the jobs side by side."""
 
-    rl_rollouts: int
-    rl_seeds: int
-    eval_questions: int = SIZES["full"].test_size
+    experiment: Experiment
+    size: DemoSize
+    arms: tuple[Arm, ...]
+    seeds: list[int]
+    jobs: int
+    quick: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len(self.arms) * len(self.seeds)
+
+    def reference_seconds(self) -> dict[str, float]:
+        """Each stage's wall seconds on the reference machine (2 idle cores), from
+        :data:`REFERENCE_SECONDS`: RL runs and evaluations share the ``jobs`` slots."""
+        ref = REFERENCE_SECONDS
+        rounds = math.ceil(self.runs / self.jobs)
+        evals = math.ceil((self.runs + 1) / self.jobs)
+        return {"pretrain": ref["pretrain"], "sft": ref["sft"], "rl": rounds * ref["rl_run"],
+                "eval": evals * ref["eval"], "summary": ref["summary"]}
+
+    def describe(self) -> str:
+        """The plan in words (``--dry-run``, the start of every demo, the README's block)."""
+        size, lines = self.size, []
+        name = self.experiment.name + ("" if self.quick else " (the default)")
+        lines.append(f"minimind-trl demo plan: {name}")
+        lines.append(f"  shows: {self.experiment.shows}")
+        lines.append(f"  1. data       {size.num_tasks:,} generated tasks -> train / {size.val_size} val / "
+                     f"{size.test_size} test (seed {self.seeds[0]})")
+        lines.append("  2. tokenizer  6,400-id byte-level BPE from project data")
+        lines.append(f"  3. pretrain   recipes/demo/pretrain.yaml, {size.pretrain_epochs:g} epochs, "
+                     f"{PRETRAIN_THREADS} threads")
+        lines.append(f"  4. sft        recipes/demo/sft.yaml, {size.sft_rows} gold trajectories, "
+                     f"{size.sft_epochs:g} epoch, {PRETRAIN_THREADS} threads")
+        lines.append(f"  5. rl         {len(self.arms)} arms x {len(self.seeds)} seeds "
+                     f"({', '.join(map(str, self.seeds))}) = {self.runs} runs, {self.jobs} at a time, 1 thread each:")
+        width = max(len(arm.name) for arm in self.arms)
+        for arm in self.arms:
+            recipe = rl_recipe(arm.recipe)
+            rollouts = recipe.rollouts if size.rl_rollouts is None else size.rl_rollouts
+            prompts = recipe.prompts if size.rl_prompts is None else size.rl_prompts
+            lines.append(f"       {arm.name:<{width}}  recipes/demo/{arm.recipe} {' '.join(arm.overrides)}: "
+                         f"K = {recipe.updates_per_rollout} ({recipe.passes} pass x {recipe.minibatches} minibatch), "
+                         f"{rollouts} rollouts of {prompts} prompts x {recipe.group_size}, lr {recipe.learning_rate:g}")
+        lines.append(f"  6. eval       the SFT start and every run on the {size.test_size} test questions "
+                     f"(greedy, 96 tokens per turn, 3 tool turns)")
+        lines.append(f"  7. summary    paired bootstrap against SFT, two-level CIs over the {len(self.seeds)} seeds; "
+                     "plots")
+        if self.quick:
+            lines.append("  time: a few minutes (--quick proves the chain; it learns nothing)")
+        else:
+            seconds = self.reference_seconds()
+            parts = ", ".join(f"{k} {v / 60:.0f} min" for k, v in seconds.items())
+            lines.append(f"  time on the reference machine (2 idle cores): {sum(seconds.values()) / 60:.0f} min "
+                         f"({parts})")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
 
 
-def projected_rest_seconds(plan: RLPlan, n_conditions: int, speed_factor: float) -> float:
-    """Seconds the RL, eval and summary stages should take on this machine: the reference stage
-    costs (:data:`REFERENCE_SECONDS`) times ``speed_factor`` (this machine's pretrain + SFT seconds
-    over the reference's)."""
-    ref = REFERENCE_SECONDS
-    runs = n_conditions * plan.rl_seeds
-    rl = runs * (ref["rl_run_overhead"] + plan.rl_rollouts * ref["rl_rollout"])
-    return speed_factor * (rl + (runs + 1) * plan.eval_questions * ref["eval_question"] + ref["summary"])
-
-
-def fit_plan(wanted: RLPlan, n_conditions: int, speed_factor: float, seconds_left: float) -> RLPlan:
-    """The largest plan within ``seconds_left``: first fewer rollouts per run (down to
-    :data:`MIN_BUDGET_ROLLOUTS`), then fewer seeds (down to :data:`MIN_BUDGET_SEEDS`). When even the
-    smallest does not fit, the smallest (the caller warns)."""
-    seed_options = [wanted.rl_seeds] + ([MIN_BUDGET_SEEDS] if wanted.rl_seeds > MIN_BUDGET_SEEDS else [])
-    smallest = wanted
-    for seeds in seed_options:
-        for rollouts in range(wanted.rl_rollouts, min(wanted.rl_rollouts, MIN_BUDGET_ROLLOUTS) - 1, -1):
-            smallest = RLPlan(rollouts, seeds, wanted.eval_questions)
-            if projected_rest_seconds(smallest, n_conditions, speed_factor) <= seconds_left:
-                return smallest
-    return smallest
+def make_plan(quick: bool = False, seed: int = 42, num_seeds: int | None = None, ablation: bool = False,
+              jobs: int = DEFAULT_JOBS) -> Plan:
+    """The plan a ``minimind-trl demo`` call runs; reads nothing of the machine (its speed, cores,
+    threads, load) so every machine that types the same command runs the same experiment."""
+    experiment = QUICK if quick else DEFAULT
+    if jobs < 1:
+        raise DemoError(f"--jobs must be at least 1, got {jobs}")
+    seeds = rl_seeds(seed, experiment.seeds if num_seeds is None else num_seeds)
+    plan = Plan(experiment, SIZES["quick" if quick else "full"], arms_of(experiment, ablation), seeds, jobs, quick)
+    if num_seeds is not None and num_seeds != experiment.seeds:
+        plan.notes.append(f"--seeds {num_seeds}: the default experiment runs {experiment.seeds}")
+    if ablation:
+        plan.notes.append("--ablation: the 2x2's cells; the summary reports the interaction")
+    return plan
 
 
 class Timings:
@@ -445,81 +528,36 @@ def _timed(timings: Timings, stage: str, work):
     return result
 
 
-def _plan_request(wanted: RLPlan, budget_min: float | None) -> str:
-    """What a demo call asked of the RL stage, in words (for the resume check)."""
-    fitted = f"fitted to --budget {budget_min:g}" if budget_min is not None else "not fitted to a budget"
-    return (f"{wanted.rl_rollouts} rollouts x {wanted.rl_seeds} seeds per condition, {wanted.eval_questions} test "
-            f"questions, {fitted}")
-
-
-def _plan_rl(timings: Timings, size: DemoSize, num_seeds: int | None, n_conditions: int, budget_min: float | None,
-             elapsed: float, full_size: bool) -> RLPlan:
-    rollouts = rl_recipe().rollouts if size.rl_rollouts is None else size.rl_rollouts
-    # A budget-fitted demo evaluates the first budget_eval_questions test questions (600 would take
-    # about 20 of the 30 minutes); --full-rl evaluates them all.
-    questions = size.test_size if budget_min is None else min(size.test_size,
-                                                              size.budget_eval_questions or size.test_size)
-    wanted = RLPlan(rollouts, size.rl_seeds if num_seeds is None else num_seeds, questions)
-    if "plan" in timings.data:  # --resume: keep the plan the run started with, if this call asks for the same
-        recorded = timings.data["plan"]
-        asked_before = (RLPlan(**recorded["wanted"]), recorded.get("budget_min"))
-        if asked_before != (wanted, budget_min):
-            raise DemoError(f"{timings.path.parent} was started with {_plan_request(*asked_before)}; this call asks "
-                            f"for {_plan_request(wanted, budget_min)}, and its RL runs would mix two plans: resume "
-                            "with the options it started with, or use a new --output-dir")
-        kept = RLPlan(**recorded["chosen"])
-        _log(f"plan: {kept.rl_rollouts} rollouts x {kept.rl_seeds} seeds per condition, {kept.eval_questions} test "
-             f"questions (kept from {timings.path})")
-        return kept
-    base = [timings.seconds("pretrain"), timings.seconds("sft")]
-    # A resumed demo skipped the stages it had finished: count their recorded seconds, not this
-    # process's wall time (the data and tokenizer stages, ~20 s, are not recorded).
-    elapsed = max(elapsed, timings.recorded_seconds())
-    plan, note = wanted, {}
-    if full_size and None not in base:
-        factor = sum(base) / (REFERENCE_SECONDS["pretrain"] + REFERENCE_SECONDS["sft"])
-        rest = projected_rest_seconds(wanted, n_conditions, factor)
-        _log(f"this machine took {sum(base):.0f} s for pretrain + SFT ({factor:.2f}x the reference machine); "
-             f"the rest should take about {rest / 60:.0f} min (total about {(elapsed + rest) / 60:.0f} min)")
-        note = {"speed_factor": round(factor, 3), "projected_total_s": round(elapsed + rest)}
-        if budget_min is not None:
-            plan = fit_plan(wanted, n_conditions, factor, budget_min * 60 - elapsed)
-            fitted = elapsed + projected_rest_seconds(plan, n_conditions, factor)
-            note["projected_total_s"] = round(fitted)
-            if plan != wanted:
-                updates = plan.rl_rollouts * rl_recipe().updates_per_rollout
-                _log(f"--budget {budget_min:g} min: {plan.rl_rollouts} rollouts ({updates} updates) x "
-                     f"{plan.rl_seeds} seeds per condition instead of {wanted.rl_rollouts} x {wanted.rl_seeds}, "
-                     f"evaluated on the first {plan.eval_questions} of {size.test_size} test questions "
-                     f"(--full-rl: all); projected total {fitted / 60:.0f} min")
-            if fitted > budget_min * 60:
-                _log(f"warning: even that is projected to take {fitted / 60:.0f} min, over the "
-                     f"{budget_min:g}-minute budget (pretraining and SFT are not shortened); try --quick")
-    timings.data["plan"] = {"wanted": dataclasses.asdict(wanted), "chosen": dataclasses.asdict(plan),
-                            "budget_min": budget_min, **note}
-    timings.save()
-    return plan
-
-
-def run_demo(out: Path, size: DemoSize, seed: int = 42, resume: bool = False, num_seeds: int | None = None,
-             ablation: bool = False, budget_min: float | None = None) -> Path:
-    """Run every stage into ``out``; returns the path of ``summary.md``. ``num_seeds`` RL seeds per
-    condition (default: the size's); ``ablation`` adds the 2x2 cells; ``budget_min`` fits the RL
-    stage into that many minutes (module docstring)."""
+def run_demo(out: Path, plan: Plan, seed: int = 42, resume: bool = False) -> Path:
+    """Run every stage of ``plan`` into ``out``; returns the path of ``summary.md``."""
     try:  # never the root or home folder, under a file, or a run, split, eval or sweep folder
         check_output_folder(out, own=(TIMINGS_FILE,), reuse=lambda folder: True)
     except OutputTargetError as exc:
         raise DemoError(f"--output-dir: {exc}") from None
     out.mkdir(parents=True, exist_ok=True)
     with folder_lock(out, "minimind-trl demo"):
-        return _run_stages(out, size, seed, resume, num_seeds, ablation, budget_min)
+        return _run_stages(out, plan, seed, resume)
 
 
-def _run_stages(out: Path, size: DemoSize, seed: int, resume: bool, num_seeds: int | None, ablation: bool,
-                budget_min: float | None) -> Path:
+def _check_plan(timings: Timings, plan: Plan) -> None:
+    """A resumed demo runs the plan it started with: the arms, seeds and size are recorded in
+    ``timings.json``; another plan (other ``--seeds``, ``--ablation``, ``--quick``) is refused."""
+    asked = {"experiment": plan.experiment.name, "arms": [a.name for a in plan.arms], "seeds": plan.seeds}
+    recorded = timings.data.get("plan")
+    if recorded is not None and {k: recorded.get(k) for k in asked} != asked:
+        raise DemoError(f"{timings.path.parent} was started with {recorded}; this call asks for {asked}, and its "
+                        "runs would mix two plans: resume with the options it started with, or use a new --output-dir")
+    timings.data["plan"] = {**asked, "jobs": plan.jobs, "reference_seconds": plan.reference_seconds()}
+    timings.save()
+
+
+def _run_stages(out: Path, plan: Plan, seed: int, resume: bool) -> Path:
     """:func:`run_demo`'s stages, with the demo folder locked."""
     started = time.time()
+    size = plan.size
     timings = Timings(out)
+    _check_plan(timings, plan)
+    print(plan.describe(), flush=True)
     splits = stage_data(out, size, seed, resume)
     tokenizer = stage_tokenizer(out, resume)
 
@@ -533,12 +571,13 @@ def _run_stages(out: Path, size: DemoSize, seed: int, resume: bool, num_seeds: i
 
     pretrained = train("pretrain", "pretrain.yaml", pretrain_overrides(out / "data", tokenizer, size, seed))
     sft = train("sft", "sft.yaml", sft_overrides(out / "data", pretrained, tokenizer, size, seed))
-    table = conditions(ablation)
-    plan = _plan_rl(timings, size, num_seeds, len(table), budget_min, time.time() - started, size == SIZES["full"])
-    rl = rl_plan(out, sft, splits, tokenizer, table, rl_seeds(seed, plan.rl_seeds), plan.rl_rollouts,
-                 size.rl_prompts, resume)
+    if not plan.quick:
+        _project(timings, plan)
+    rl = rl_plan(out, sft, splits, tokenizer, plan.arms, plan.seeds, size.rl_rollouts, size.rl_prompts, resume)
+    ablation = {arm.name for arm in ABLATION_ARMS} <= {arm.name for arm in plan.arms}
     try:
-        failed, outputs = sweep.drive(rl, eval_settings(size, plan.eval_questions), demo_runner(timings),
+        failed, outputs = sweep.drive(rl, eval_settings(size), demo_runner(timings),
+                                      sweep.cpu_slots(plan.jobs, cores=plan.jobs),
                                       interaction=INTERACTION if ablation else None)
     except sweep.SweepError as exc:
         raise DemoError(str(exc)) from None
@@ -556,35 +595,42 @@ def _run_stages(out: Path, size: DemoSize, seed: int, resume: bool, num_seeds: i
     return summary_dir / "summary.md"
 
 
+def _project(timings: Timings, plan: Plan) -> None:
+    """After pretraining and SFT: the rest's projected time on this machine, scaled by how long those
+    two stages took here against the reference machine (printed and recorded; the plan is unchanged)."""
+    base = [timings.seconds("pretrain"), timings.seconds("sft")]
+    if None in base:
+        return
+    ref = plan.reference_seconds()
+    factor = sum(base) / (ref["pretrain"] + ref["sft"])
+    rest = factor * (ref["rl"] + ref["eval"] + ref["summary"])
+    _log(f"this machine took {sum(base):.0f} s for pretrain + SFT ({factor:.2f}x the reference machine); the rest "
+         f"should take about {rest / 60:.0f} min")
+    timings.data["projection"] = {"speed_factor": round(factor, 3), "rest_s": round(rest)}
+    timings.save()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minimind-trl demo", description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="runs/demo", help="demo folder (default: runs/demo)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: proves the chain in a few minutes")
     parser.add_argument("--seed", type=int, default=42, help="data, pretraining and SFT seed; the first RL seed")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="RL seeds per objective (default 3; --quick: 2): seed, seed+1, ...")
+                        help=f"RL seeds per arm (default {DEFAULT.seeds}; --quick: {QUICK.seeds}): seed, seed+1, ...")
     parser.add_argument("--ablation", action="store_true",
                         help="also train the 2x2 cells zscore_fixedL and center_seqmean; the summary reports "
                              "the interaction")
-    parser.add_argument("--budget", type=float, default=None, metavar="MINUTES",
-                        help=f"fit the RL stage into this many minutes in all (fewer rollouts, then 2 seeds), "
-                             f"projected from this machine's pretrain + SFT time (full size only; default "
-                             f"{DEFAULT_BUDGET_MIN:g})")
-    parser.add_argument("--full-rl", action="store_true",
-                        help="run every rollout of recipes/demo/rl.yaml (about 12 min per RL run on 2 cores; "
-                             "about 2.5 hours for the 12 runs) and evaluate on all 600 test questions, instead of "
-                             "fitting the RL stage into the budget")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                        help=f"RL runs and evaluations side by side, one thread each (default {DEFAULT_JOBS})")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and its time, write nothing, exit")
     parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
     args = parser.parse_args(argv)
-    if args.budget is not None and args.budget <= 0:
-        parser.error(f"--budget must be a positive number of minutes, got {args.budget}")
-    if args.budget is not None and args.full_rl:
-        parser.error("--budget and --full-rl exclude each other")
-    if args.budget is None and not args.full_rl and not args.quick:
-        args.budget = DEFAULT_BUDGET_MIN
     try:
-        summary = run_demo(Path(args.output_dir), SIZES["quick" if args.quick else "full"], args.seed, args.resume,
-                           args.seeds, args.ablation, args.budget)
+        plan = make_plan(args.quick, args.seed, args.seeds, args.ablation, args.jobs)
+        if args.dry_run:
+            print(plan.describe())
+            return 0
+        summary = run_demo(Path(args.output_dir), plan, args.seed, args.resume)
     except (DemoError, FolderLockError) as exc:
         print(f"minimind-trl demo: {exc}", file=sys.stderr)
         return 2

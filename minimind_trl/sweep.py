@@ -6,7 +6,7 @@
         [--seeds 42,43] [--conditions grpo,cispo] [--set KEY=VALUE ...] [--recipes DIR]
         [--launcher "torchrun --nproc_per_node 4"] [--eval-limit N] [--eval-batch-size 16]
         [--eval-max-new-tokens 256] [--eval-max-tool-turns 3] [--eval-device auto]
-        [--n-resamples 10000] [--dry-run]
+        [--eval-split test] [--n-resamples 10000] [--jobs N | --gpus IDS] [--dry-run]
 
 ``PROTOCOL`` is ``e1`` (GRPO, CISPO, Dr.GRPO, GSPO on MiniMind-3), ``e2`` (the two missing cells
 of the {z-score, centred} x {sequence mean, fixed L} 2x2), ``e3`` (the four objectives on
@@ -35,6 +35,8 @@ Layout of ``OUT``::
     eval/<protocol>/<condition>-seed<S>/   eval folders (records.jsonl, metrics.json, eval_manifest.json)
     summary/<protocol>/                    summary.json / .md, failures (rewritten by every sweep)
     plots/<protocol>/                      PNG figures (rewritten by every sweep)
+    eval|summary|plots/<protocol>@<split>/ the same for --eval-split train or val (a second sweep of the
+                                           same runs with another split evaluates them there too)
     logs/<protocol>/<name>.log             output of every command the sweep ran (appended)
     sweep-<protocol>.json                  what the last sweep did: commands, actions, exit codes, times
 
@@ -42,7 +44,10 @@ Conditions train one after another, each in a fresh process, then every evaluati
 ``--gpus 0,1,2,3`` they run side by side instead, one per GPU slot (``0,1:2,3``: two slots of two
 GPUs, for a ``--launcher`` that starts several processes), each child seeing only its slot
 through ``CUDA_VISIBLE_DEVICES``; the evaluations share the slots the same way, and the summary
-and plots follow on the CPU.
+and plots follow on the CPU. With ``--jobs N`` they run N at a time on the CPU instead, each child
+with ``cores // N`` threads (``OMP_NUM_THREADS`` and the other thread variables, so side-by-side
+jobs never oversubscribe the cores) and its own log; a failed job starts no new one. A job's outputs
+are identical to the same job run alone with that thread count (tested).
 
 Reruns are safe. A run folder whose ``status.json`` says ``completed`` is skipped; one with a
 manifest but no completed status (killed or interrupted) is resumed with ``--resume`` from its
@@ -455,15 +460,19 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
         raise SweepError(f"--data {args.data}: not a split folder (no manifest.json; see minimind-trl data prepare)")
     if not (Path(sft) / "config.json").is_file():
         raise SweepError(f"--sft {args.sft}: not a Hub-format checkpoint folder (no config.json)")
+    # The test split's evaluations, summary and plots are <protocol>'s; another split's <protocol>@<split>'s,
+    # so one sweep's runs can be evaluated on several splits side by side.
+    label = name if args.eval_split == "test" else f"{name}@{args.eval_split}"
     plan = Plan(protocol=name, recipes_dir=str(folder), data=data, sft=sft, out=out, seeds=list(args.seeds),
-                overrides=list(args.overrides))
+                overrides=list(args.overrides), baseline_eval=str(Path(out, "eval", label, BASELINE)),
+                summary_dir=str(Path(out, "summary", label)), plots_dir=str(Path(out, "plots", label)))
     settings = eval_settings(args)
     problems = []
     for seed in args.seeds:
         for condition, recipe_path in everything:
             cond = Condition(name=condition, seed=seed, recipe=str(recipe_path.resolve()),
                              run_dir=str(Path(out, "runs", name, f"{condition}-seed{seed}")),
-                             eval_dir=str(Path(out, "eval", name, f"{condition}-seed{seed}")))
+                             eval_dir=str(Path(out, "eval", label, f"{condition}-seed{seed}")))
             action, conflict = reuse_action(plan, cond)
             if condition not in selected:
                 cond.action = "other" if action == "skip" else "stale"

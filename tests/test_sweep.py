@@ -422,3 +422,19 @@ def test_gpus_on_a_machine_without_one_are_refused(setup, tmp_path, capsys, monk
     runner = Recorder()
     assert sweep.main(_argv(setup, tmp_path / "out", "--gpus", "0"), runner=runner) == 2
     assert runner.calls == [] and "no GPU" in capsys.readouterr().err
+
+
+def test_a_second_split_evaluates_the_same_runs_beside_the_first(setup, tmp_path):
+    """--eval-split val after a test sweep: nothing trains again; the runs, and the SFT start, are
+    evaluated into eval/<protocol>@val, summarised into summary/<protocol>@val; the test folders stay."""
+    out = tmp_path / "out"
+    assert sweep.main(_argv(setup, out, "--conditions", "grpo"), runner=Recorder()) == 0
+    test_records = (out / "eval" / "tiny_protocol" / "grpo-seed42" / "records.jsonl").read_bytes()
+    runner = Recorder()
+    assert sweep.main(_argv(setup, out, "--conditions", "grpo", "--eval-split", "val"), runner=runner) == 0
+    assert [c[0] for c in runner.calls] == ["eval", "eval", "summarize", "plot"]
+    for name in ("sft", "grpo-seed42"):
+        manifest = json.loads((out / "eval" / "tiny_protocol@val" / name / "eval_manifest.json").read_text())
+        assert manifest["split"]["name"] == "val"
+    assert (out / "summary" / "tiny_protocol@val" / "summary.json").is_file()
+    assert (out / "eval" / "tiny_protocol" / "grpo-seed42" / "records.jsonl").read_bytes() == test_records

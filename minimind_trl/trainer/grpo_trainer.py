@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import os
 import time
@@ -553,6 +554,9 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         """:meth:`_policy_forward` through the prefix-shared pass; router statistics weighted per row."""
         layout = build_layout(inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
                               inputs["completion_mask"])
+        # Score the action tokens only: tool-observation tokens stay in the packed context, but their
+        # log-probs and entropies (about a quarter of a tool-use completion) are never used.
+        layout = dataclasses.replace(layout, completion_mask=layout.completion_mask & self._action_mask(inputs).bool())
         recorder = self.router_recorder
         capture = recorder.capture() if recorder is not None else contextlib.nullcontext(None)
         with capture as router_logits:

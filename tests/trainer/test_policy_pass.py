@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -136,6 +137,32 @@ def test_shared_pass_equals_plain_pass_values_and_gradients(moe, attn, checkpoin
     for key in gp:
         scale = gp[key].abs().max().clamp(min=1e-3)
         assert (gs[key] - gp[key]).abs().max() / scale < 1e-5, key
+
+
+def test_scoring_the_action_tokens_only_keeps_their_values_and_gradients():
+    """The trainer scores only action tokens (tool-observation tokens stay in the packed context):
+    their log-probs and entropies are those of the full scoring, bit for bit; the others are 0; the
+    gradient of a loss over the action tokens equals the full scoring's within float rounding."""
+    batch = make_batch()
+    completion_mask = batch[3].bool()
+    action = completion_mask.clone()
+    action[:, 1] = False  # a tool-observation token inside each completion
+    weights = torch.randn(action.shape, generator=torch.Generator().manual_seed(5))
+    results = {}
+    for name, scored in (("full", completion_mask), ("action", action)):
+        model = make_model()
+        layout = build_layout(*batch)
+        layout = dataclasses.replace(layout, completion_mask=layout.completion_mask & scored)
+        out = model(prefix_layout=layout)
+        (out.log_probs * weights * action).sum().backward()
+        results[name] = (out.log_probs.detach(), out.entropy.detach(),
+                         {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (lf, ef, gf), (la, ea, ga) = results["full"], results["action"]
+    assert torch.equal(la[action], lf[action]) and torch.equal(ea[action], ef[action])
+    assert (la[~action] == 0).all() and (ea[~action] == 0).all() and (lf[completion_mask & ~action] != 0).any()
+    for key in gf:
+        scale = gf[key].abs().max().clamp(min=1e-3)
+        assert (ga[key] - gf[key]).abs().max() / scale < 1e-5, key
 
 
 def test_shared_pass_under_bf16_autocast_is_close_and_repeatable():
