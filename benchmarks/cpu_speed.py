@@ -64,6 +64,10 @@ OP_GROUPS = {  # profiler op name -> group (first match by substring)
 # ------------------------------------------------------------------------------ child processes
 
 
+STEP_FIELDS = ("rollout", "update", "rollout_seconds", "old_logp_seconds", "update_seconds", "completion_tokens_mean",
+               "onpolicy/logp_abs_diff_mean")
+
+
 def _recipe(config: dict) -> dict:
     """The resolved recipe a child trains: the demo RL recipe (or the smoke one), frozen."""
     from minimind_trl.trainer.recipe import load_recipe
@@ -99,9 +103,7 @@ def child_rollout(config: dict) -> dict:
         wall = time.perf_counter() - started
         records = read_metrics(Path(out) / "metrics.jsonl")
     return {"threads": torch.get_num_threads(), "mixed_precision": trainer.accelerator.mixed_precision,
-            "wall_s": wall, "steps": [{k: r.get(k) for k in ("rollout_seconds", "old_logp_seconds", "update_seconds",
-                                                              "completion_tokens_mean", "onpolicy/logp_abs_diff_mean")}
-                                      for r in records], "profile": groups}
+            "wall_s": wall, "steps": [{k: r.get(k) for k in STEP_FIELDS} for r in records], "profile": groups}
 
 
 def _group_ops(averages) -> dict[str, float]:
@@ -157,11 +159,22 @@ def run_child(kind: str, config: dict, threads: int) -> dict:
 
 
 def per_rollout(result: dict) -> dict[str, float]:
-    """Median generation and update seconds over the rollouts after the first (K = 1 here)."""
-    steps = result["steps"][1:] or result["steps"]
-    generation = statistics.median(s["rollout_seconds"] for s in steps)
-    update = statistics.median(s["update_seconds"] + (s["old_logp_seconds"] or 0.0) for s in steps)
-    gaps = [s["onpolicy/logp_abs_diff_mean"] for s in steps if s["onpolicy/logp_abs_diff_mean"] is not None]
+    """Median generation and update seconds per rollout, over the rollouts after the first.
+
+    A rollout's update time sums its K optimizer steps (one record each; only update 0 carries the
+    generation time), so a recipe with replay is measured per rollout, not per step."""
+    rollouts: dict[int, dict] = {}
+    for s in result["steps"]:
+        row = rollouts.setdefault(s["rollout"], {"generation": 0.0, "update": 0.0, "gap": None})
+        row["generation"] += s["rollout_seconds"] or 0.0
+        row["update"] += s["update_seconds"] + (s["old_logp_seconds"] or 0.0)
+        if s["update"] == 0:
+            row["gap"] = s["onpolicy/logp_abs_diff_mean"]
+    ordered = [rollouts[k] for k in sorted(rollouts)]
+    ordered = ordered[1:] or ordered
+    generation = statistics.median(r["generation"] for r in ordered)
+    update = statistics.median(r["update"] for r in ordered)
+    gaps = [r["gap"] for r in ordered if r["gap"] is not None]
     return {"generation_s": generation, "update_s": update, "rollout_s": generation + update,
             "onpolicy_logp_abs_diff_mean": statistics.fmean(gaps) if gaps else None}
 
@@ -299,7 +312,7 @@ def _quick_paths(work: Path) -> dict:
     checkpoint = save_for_hub(MiniMindForCausalLM(get_preset("tiny")), load_tokenizer(), work / "tiny")
     return {"recipe": str(REPO / "recipes" / "smoke_grpo.yaml"), "splits": str(splits), "checkpoint": str(checkpoint),
             "tokenizer": None, "overrides": [f"data.path={splits}", "model.preset=null", f"model.path={checkpoint}",
-                                             "data.verify=false"]}
+                                             "data.verify=false", "training.num_iterations=1"]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
