@@ -65,6 +65,7 @@ from minimind_trl.data.drills import copy_drills
 from minimind_trl.data.gold import gold_file_rows
 from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
+from minimind_trl.eval.runner import EVAL_BATCH_SIZE
 from minimind_trl.fsio import FolderLockError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
@@ -148,7 +149,7 @@ class DemoSize:
 
 SIZES = {
     "full": DemoSize(num_tasks=5000, val_size=300, test_size=600, drill_rows=8000, pretrain_epochs=2.0, sft_rows=800,
-                     sft_epochs=1.0, eval_batch_size=50),
+                     sft_epochs=1.0, eval_batch_size=EVAL_BATCH_SIZE),
     "quick": DemoSize(num_tasks=160, val_size=10, test_size=20, drill_rows=200, pretrain_epochs=1.0, sft_rows=64,
                       sft_epochs=1.0, eval_batch_size=20, rl_rollouts=1, rl_prompts=4),
 }

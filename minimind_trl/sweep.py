@@ -4,7 +4,7 @@
 
     minimind-trl sweep PROTOCOL --data SPLIT_DIR --sft CHECKPOINT --output-dir OUT
         [--seeds 42,43] [--conditions grpo,cispo] [--set KEY=VALUE ...] [--recipes DIR]
-        [--launcher "torchrun --nproc_per_node 4"] [--eval-limit N] [--eval-batch-size 16]
+        [--launcher "torchrun --nproc_per_node 4"] [--eval-limit N] [--eval-batch-size 25]
         [--eval-max-new-tokens 256] [--eval-max-tool-turns 3] [--eval-device auto]
         [--eval-split test] [--n-resamples 10000] [--jobs N | --gpus IDS] [--dry-run]
 
@@ -105,7 +105,7 @@ import torch
 from minimind_trl.eval import stats
 from minimind_trl.eval.errors import EvalError
 from minimind_trl.eval.folder import EvalFolder
-from minimind_trl.eval.runner import EvalSettings, resolve_device
+from minimind_trl.eval.runner import EVAL_BATCH_SIZE, EvalSettings, resolve_device
 from minimind_trl.fsio import FolderLockError, folder_lock, write_json_atomic
 from minimind_trl.modeling.checkpoints import resolve_checkpoint
 from minimind_trl.run_folder import RunFolder, RunFolderConflict
@@ -372,7 +372,7 @@ def _parser() -> argparse.ArgumentParser:
                              "Default: one after another with every core")
     parser.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate only the first N questions")
-    parser.add_argument("--eval-batch-size", type=int, default=16)
+    parser.add_argument("--eval-batch-size", type=int, default=EVAL_BATCH_SIZE)
     parser.add_argument("--eval-max-new-tokens", type=int, default=256, help="per assistant turn")
     parser.add_argument("--eval-max-tool-turns", type=int, default=3)
     parser.add_argument("--eval-device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:1, ...")

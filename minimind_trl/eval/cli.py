@@ -14,7 +14,7 @@ from minimind_trl.eval import stats
 from minimind_trl.eval.errors import EvalError
 from minimind_trl.eval.plots import is_figures_folder, plot_runs, plot_summary
 from minimind_trl.eval.report import write_summary
-from minimind_trl.eval.runner import EvalSettings, run_evaluation
+from minimind_trl.eval.runner import EVAL_BATCH_SIZE, EvalSettings, run_evaluation
 from minimind_trl.eval.summarize import parse_condition_spec, summarize
 from minimind_trl.fsio import FolderLockError, build_directory
 from minimind_trl.modeling.checkpoints import CheckpointError
@@ -67,7 +67,7 @@ def eval_main(argv: list[str]) -> int:
     parser.add_argument("--split", default="test", choices=("train", "val", "test"), help="which split to evaluate")
     parser.add_argument("--output-dir", required=True, help="must not exist or be empty")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
-    parser.add_argument("--batch-size", type=int, default=32,
+    parser.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE,
                         help="rows decoded together; greedy results do not depend on it (up to float rounding)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn")
     parser.add_argument("--max-tool-turns", type=int, default=3, help="tool turns per question")

@@ -71,11 +71,19 @@ MAX_SAMPLES = 1024
 """Upper bound of ``--num-samples`` (sampled trajectories per question for pass@k)."""
 
 
+# Rows decoded together by default. On CPU a wider batch is slower, not faster: the KV cache's
+# per-step copies (growth, row selection, repeat_kv) scale with batch x length while the small
+# model's matmuls gain nothing past ~25 rows. All 600 demo test questions, 2 threads, records
+# identical at every width: 25 rows 54 s, 50 rows 85 s, 100 rows 135 s, 150 rows 167 s
+# (benchmarks/cpu_speed.py --parts eval; benchmarks/README.md).
+EVAL_BATCH_SIZE = 25
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     """Decoding and sampling settings (recorded in the manifest)."""
 
-    batch_size: int = 32  # rows decoded together (continuous batching; see envs.rollout)
+    batch_size: int = EVAL_BATCH_SIZE  # rows decoded together (continuous batching; see envs.rollout)
     max_new_tokens: int = 256  # per assistant turn
     max_tool_turns: int = 3
     open_thinking: bool = False
