@@ -304,3 +304,11 @@ REPLAY_FIGURE_KEYS = (
 """Panels of ``replay.png``: each key against the rollout index, one line per replay update k
 (drawn for runs with K > 1). Length and tool calls are the rollout's (the same for every k): see
 ``completion_length.png`` and ``tool_calls.png``."""
+
+CONDITION_FIGURE_KEYS = (
+    REWARD_MEAN, TOOL_CALLS_PER_TRAJECTORY, COMPLETION_TOKENS_MEAN, ENTROPY, KL_NEW_OLD, CLIP_FRACTION,
+)
+"""Panels of ``conditions.png``: per rollout (the mean of its K update records), the mean over a
+condition's seeds with their min-max band, one line per condition (runs named ``<condition>-seed<S>``)."""
+SEED_SUFFIX = re.compile(r"^(?P<condition>.+)-seed(?P<seed>-?\d+)$")
+"""A run folder's name as the sweep and the demo give it: ``<condition>-seed<S>``."""

@@ -27,6 +27,10 @@ names the trainer writes with; :func:`figure_keys` says which keys a run's figur
                            low / high, GSPO's sequence clip, CISPO's cap), CISPO's largest weight,
                            ratio std and ESS, sequence-ratio std, KL(new || old), entropy
                            (runs with K > 1; ``replay_<run>.png`` when several runs are drawn)
+    conditions.png         reward, tool calls, length, entropy, KL(new || old), clip fraction per
+                           rollout: one line per condition (mean over its seeds, min-max band);
+                           drawn when the runs are named ``<condition>-seed<S>`` and form several
+                           conditions or seeds (a sweep's or the demo's runs/ folder)
 
 Evaluation bars (:func:`plot_summary`) read a ``summary.json``: for every metric,
 ``eval_<metric>.png`` (condition means with 95 % CI whiskers; the two-level CI when the condition
@@ -53,9 +57,11 @@ from minimind_trl.fsio import DataFormatError, read_jsonl  # noqa: E402
 from minimind_trl.metric_names import (  # noqa: E402
     BY_UPDATE_PATTERN,
     BY_UPDATE_RATIO_PREFIX,
+    CONDITION_FIGURE_KEYS,
     INDEX_KEYS,
     REPLAY_FIGURE_KEYS,
     ROLLOUT,
+    SEED_SUFFIX,
     STEP,
     TRAINING_FIGURES,
     UPDATE,
@@ -142,11 +148,14 @@ def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathL
             ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=f"{label}: {key}" if len(runs) > 1 else key)
         ax.set(title=title, xlabel="step (optimizer update)", ylabel=title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend(ax, len(lines))
         written.append(_save(fig, out / f"{stem}.png"))
     by_update = _plot_by_update(runs, keys_by_run, out)
     if by_update:
         written.append(by_update)
+    conditions = _plot_conditions(runs, out / "conditions.png")
+    if conditions:
+        written.append(conditions)
     for label, rows in runs:
         replay = _plot_replay(rows, out / ("replay.png" if len(runs) == 1 else f"replay_{_slug(label)}.png"), label)
         if replay:
@@ -182,8 +191,59 @@ def _plot_by_update(runs, keys_by_run, out: Path) -> Path | None:
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
         if ax.lines:
-            ax.legend(fontsize=7)
+            _legend(ax, len(ax.lines))
     return _save(fig, out / "by_update.png")
+
+
+def _legend(ax, lines: int) -> None:
+    """Inside the axes for a few lines; beside it, in columns, when a sweep draws many."""
+    if lines <= 8:
+        ax.legend(fontsize=7)
+    else:
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + lines // 25)
+
+
+def rollout_means(rows: list[dict], key: str) -> dict[int, float]:
+    """Per rollout index: the mean of ``key`` over the rollout's update records (K of them)."""
+    sums: dict[int, list[float]] = {}
+    for r in rows:
+        if _is_number(r.get(ROLLOUT)) and _is_number(r.get(key)):
+            sums.setdefault(int(r[ROLLOUT]), []).append(float(r[key]))
+    return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
+
+
+def _plot_conditions(runs: list[tuple[str, list[dict]]], path: Path) -> Path | None:
+    """:data:`CONDITION_FIGURE_KEYS` against the rollout, one line per condition (mean over seeds,
+    min-max band). None unless every run is named ``<condition>-seed<S>`` and there are several."""
+    by_condition: dict[str, list[list[dict]]] = {}
+    for label, rows in runs:
+        match = SEED_SUFFIX.match(label)
+        if match is None:
+            return None
+        by_condition.setdefault(match["condition"], []).append(rows)
+    keys = [k for k in CONDITION_FIGURE_KEYS if any(_is_number(r.get(k)) for _, rows in runs for r in rows)]
+    if len(runs) < 2 or not keys:
+        return None
+    columns = min(3, len(keys))
+    fig, axes = plt.subplots(math.ceil(len(keys) / columns), columns, figsize=(5 * columns, 3.2 * math.ceil(
+        len(keys) / columns)), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        ax.set(title=key, xlabel="rollout")
+        for condition, seeds in by_condition.items():
+            per_seed = [rollout_means(rows, key) for rows in seeds]
+            rollouts = sorted(set().union(*per_seed))
+            values = [[m[i] for m in per_seed if i in m] for i in rollouts]
+            line, = ax.plot(rollouts, [sum(v) / len(v) for v in values], label=f"{condition} ({len(seeds)} seeds)")
+            if len(seeds) > 1:
+                ax.fill_between(rollouts, [min(v) for v in values], [max(v) for v in values],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    fig.suptitle("per condition: mean over seeds (band: min-max), each rollout's mean over its K updates")
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def _plot_replay(rows: list[dict], path: Path, label: str) -> Path | None:
