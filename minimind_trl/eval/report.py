@@ -58,7 +58,8 @@ def _resolution_line(summary: dict, rows: dict) -> list[str]:
              + "; ".join(parts) + "."]
     if any(str(row.get(k, "")).startswith("assumed") for row in rows.values()
            for k in ("mde_basis", "mde_two_level_basis")):
-        lines.append(f"(* the runs barely differ: the figure assumes the discordance of a moving policy, "
+        lines.append(f"(* the per-question differences barely vary (runs that barely differ, or that differ the "
+                     f"same way on nearly every question): the figure assumes the discordance of a moving policy, "
                      f"{p.get('assumed_discordance', 0):g} of the questions, not the observed one.)")
     return lines
 
