@@ -109,11 +109,11 @@ INTERACTION = "zscore_seqmean=grpo,zscore_fixedL=zscore_fixedL,center_seqmean=ce
 
 DEFAULT = Experiment(
     name="k1_two_algorithms",
-    shows=("RL lifts the SFT start on the 600 test questions (the full demo measured about +0.04 per objective, "
-           "two-level CIs above zero), with the two algorithms that differ at K = 1: GRPO (z-scored advantage, "
-           "per-sequence mean) and Dr.GRPO (centred advantage, fixed-length sum). At K = 1 every ratio is 1, "
-           "so CISPO and GSPO would repeat GRPO's gradient; the four differ under replay (K > 1: "
-           "docs/demo_results.md)"),
+    shows=("how far RL lifts the SFT start on the 600 test questions (+0.04 with two-level CIs above zero on "
+           "one start, about +0.01 and not resolved on a second: docs/demo_results.md), with the two algorithms "
+           "that differ at K = 1: GRPO (z-scored advantage, per-sequence mean) and Dr.GRPO (centred advantage, "
+           "fixed-length sum). At K = 1 every ratio is 1, so CISPO and GSPO would repeat GRPO's gradient; the "
+           "four differ under replay (K > 1: the replay study in docs/demo_results.md)"),
     arms=(Arm("grpo", ("objective.preset=grpo",)), Arm("dr_grpo", ("objective.preset=dr_grpo",))),
     seeds=3,
     eval_questions=600,
@@ -127,8 +127,9 @@ QUICK = Experiment(name="quick", shows="the chain runs end to end (a tiny model 
 # (process start, 60 rollouts, saving) and one evaluation of the 600 test questions, each while a
 # second job runs beside it on the other core (the demo runs them two at a time); summary and plots.
 # rl_run: 60 rollouts x 11.5 s (benchmarks/cpu_speed.py: a bf16 one-thread job beside another, demo
-# recipe) + 20 s; eval: 155 CPU seconds per 600 questions at one thread, +15% beside another job.
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run": 710.0, "eval": 180.0, "summary": 30.0}
+# recipe; rl.yaml's bf16: auto) + 20 s; eval: 107-140 s per 600 questions at one thread and batch 25
+# beside another evaluation (session 15's parity evaluations, some while a third process ran).
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run": 710.0, "eval": 130.0, "summary": 30.0}
 
 
 @dataclass(frozen=True)
