@@ -178,7 +178,7 @@ def test_eval_help_shows_every_default(capsys):
     with pytest.raises(SystemExit):
         eval_main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for shown in ("(default: auto)", "(default: 0.8)", "(default: 256)", "(default: 32)", "(default: test)"):
+    for shown in ("(default: auto)", "(default: 0.8)", "(default: 256)", "(default: 25)", "(default: test)"):
         assert shown in text
 
 
