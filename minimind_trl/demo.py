@@ -89,8 +89,8 @@ class Arm:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A fixed demo experiment: its arms, RL seeds and test questions, what it shows, and the wall
-    seconds its stages took on the reference machine (:data:`REFERENCE_SECONDS` keys)."""
+    """A fixed demo experiment: its arms, RL seeds and test questions, and what it shows (its time on
+    the reference machine comes from :data:`REFERENCE_SECONDS` through :meth:`Plan.reference_seconds`)."""
 
     name: str
     shows: str
@@ -382,11 +382,10 @@ def rl_plan(out: Path, sft: Path, splits: Path, tokenizer: Path, arms: tuple[Arm
     return plan
 
 
-def eval_settings(size: DemoSize, questions: int | None = None) -> dict:
-    """The demo's frozen greedy evaluation (the sweep's settings dict): the test split (its first
-    ``questions`` when fewer than the whole), 96 new tokens per turn, up to 3 tool turns."""
-    limit = questions if questions is not None and questions < size.test_size else None
-    return {"split": "test", "limit": limit, "batch_size": size.eval_batch_size, "max_new_tokens": 96,
+def eval_settings(size: DemoSize) -> dict:
+    """The demo's frozen greedy evaluation (the sweep's settings dict): every test question, 96 new
+    tokens per turn, up to 3 tool turns."""
+    return {"split": "test", "limit": None, "batch_size": size.eval_batch_size, "max_new_tokens": 96,
             "max_tool_turns": 3, "device": "auto"}
 
 
@@ -466,8 +465,9 @@ class Plan:
             lines.append(f"       {arm.name:<{width}}  recipes/demo/{arm.recipe} {' '.join(arm.overrides)}: "
                          f"K = {recipe.updates_per_rollout} ({recipe.passes} pass x {recipe.minibatches} minibatch), "
                          f"{rollouts} rollouts of {prompts} prompts x {recipe.group_size}, lr {recipe.learning_rate:g}")
+        decoding = eval_settings(size)
         lines.append(f"  6. eval       the SFT start and every run on the {size.test_size} test questions "
-                     f"(greedy, 96 tokens per turn, 3 tool turns)")
+                     f"(greedy, {decoding['max_new_tokens']} tokens per turn, {decoding['max_tool_turns']} tool turns)")
         lines.append(f"  7. summary    paired bootstrap against SFT, two-level CIs over the {len(self.seeds)} seeds; "
                      "plots")
         if self.quick:

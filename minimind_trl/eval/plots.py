@@ -195,6 +195,16 @@ def _plot_by_update(runs, keys_by_run, out: Path) -> Path | None:
     return _save(fig, out / "by_update.png")
 
 
+def _panels(count: int):
+    """A figure of ``count`` panels, three to a row; (figure, the ``count`` axes), the rest hidden."""
+    columns = min(3, count)
+    rows = math.ceil(count / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.2 * rows), squeeze=False)
+    for ax in list(axes.flat)[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:count]
+
+
 def _legend(ax, lines: int) -> None:
     """Inside the axes for a few lines; beside it, in columns, when a sweep draws many."""
     if lines <= 8:
@@ -224,10 +234,8 @@ def _plot_conditions(runs: list[tuple[str, list[dict]]], path: Path) -> Path | N
     keys = [k for k in CONDITION_FIGURE_KEYS if any(_is_number(r.get(k)) for _, rows in runs for r in rows)]
     if len(runs) < 2 or not keys:
         return None
-    columns = min(3, len(keys))
-    fig, axes = plt.subplots(math.ceil(len(keys) / columns), columns, figsize=(5 * columns, 3.2 * math.ceil(
-        len(keys) / columns)), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
+    fig, axes = _panels(len(keys))
+    for ax, key in zip(axes, keys):
         ax.set(title=key, xlabel="rollout")
         for condition, seeds in by_condition.items():
             per_seed = [rollout_means(rows, key) for rows in seeds]
@@ -238,9 +246,7 @@ def _plot_conditions(runs: list[tuple[str, list[dict]]], path: Path) -> Path | N
                 ax.fill_between(rollouts, [min(v) for v in values], [max(v) for v in values],
                                 color=line.get_color(), alpha=0.15, linewidth=0)
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.set_visible(False)
+    axes[0].legend(fontsize=7)
     fig.suptitle("per condition: mean over seeds (band: min-max), each rollout's mean over its K updates")
     fig.tight_layout()
     return _save(fig, path)
@@ -253,10 +259,8 @@ def _plot_replay(rows: list[dict], path: Path, label: str) -> Path | None:
     keys = [k for k in REPLAY_FIGURE_KEYS if any(_is_number(r.get(k)) for r in rows)]
     if len(updates) < 2 or not keys:
         return None
-    columns = min(3, len(keys))
-    rows_of_panels = math.ceil(len(keys) / columns)
-    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(5 * columns, 3.2 * rows_of_panels), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
+    fig, axes = _panels(len(keys))
+    for ax, key in zip(axes, keys):
         for k in updates:
             points = [(r[ROLLOUT], float(r[key])) for r in rows if r.get(UPDATE) == k and _is_number(r.get(key))]
             if points:
@@ -264,8 +268,6 @@ def _plot_replay(rows: list[dict], path: Path, label: str) -> Path | None:
         ax.set(title=key, xlabel="rollout")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.set_visible(False)
     fig.suptitle(f"{label}: replay diagnostics per update k within each rollout")
     fig.tight_layout()
     return _save(fig, path)
