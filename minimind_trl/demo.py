@@ -1,7 +1,8 @@
 """The CPU demo: the whole protocol, from nothing, on a laptop-class machine.
 
-``minimind-trl demo --output-dir runs/demo`` runs one fixed experiment (:data:`DEFAULT`; the same
-arms, seeds, rollouts and questions on every machine), one stage after another:
+``minimind-trl demo --output-dir runs/demo`` runs one fixed experiment (:data:`DEFAULT`, the four
+objectives under replay; ``--experiment`` names another of :data:`EXPERIMENTS`; the same arms,
+seeds, rollouts and questions on every machine), one stage after another:
 
 1. data      generate agent-math tasks (seed 42) and prepare audited train/val/test splits;
 2. tokenizer build the 6400-id byte-level BPE tokenizer from project data (rendered gold
@@ -101,35 +102,50 @@ class Experiment:
 
 OBJECTIVES = ("grpo", "cispo", "dr_grpo", "gspo")
 # --ablation: the 2x2's other two cells (GRPO is z-score x per-sequence mean, Dr.GRPO centred x fixed L).
-ABLATION_ARMS = (
-    Arm("zscore_fixedL", ("objective.preset=dr_grpo", "objective.advantage=zscore")),
-    Arm("center_seqmean", ("objective.preset=grpo", "objective.advantage=center")),
+ABLATION_CELLS = (
+    ("zscore_fixedL", ("objective.preset=dr_grpo", "objective.advantage=zscore")),
+    ("center_seqmean", ("objective.preset=grpo", "objective.advantage=center")),
 )
 INTERACTION = "zscore_seqmean=grpo,zscore_fixedL=zscore_fixedL,center_seqmean=center_seqmean,center_fixedL=dr_grpo"
 
+
+def objective_arms(names: tuple[str, ...], recipe: str) -> tuple[Arm, ...]:
+    """One arm per objective preset, all on ``recipes/demo/<recipe>``."""
+    return tuple(Arm(name, (f"objective.preset={name}",), recipe) for name in names)
+
+
 DEFAULT = Experiment(
-    name="k1_two_algorithms",
-    shows=("how far RL lifts the SFT start on the 600 test questions (+0.04 with two-level CIs above zero on "
-           "one start, about +0.01 and not resolved on a second: docs/demo_results.md), with the two algorithms "
-           "that differ at K = 1: GRPO (z-scored advantage, per-sequence mean) and Dr.GRPO (centred advantage, "
-           "fixed-length sum). At K = 1 every ratio is 1, so CISPO and GSPO would repeat GRPO's gradient; the "
-           "four differ under replay (K > 1: the replay study in docs/demo_results.md)"),
-    arms=(Arm("grpo", ("objective.preset=grpo",)), Arm("dr_grpo", ("objective.preset=dr_grpo",))),
+    name="replay_four_objectives",
+    shows=("the four objectives as four algorithms under replay (K = 4 updates per rollout as 4 minibatches, "
+           "recipes/demo/rl_replay.yaml), each against the SFT start on the 600 test questions with two-level "
+           "CIs over 3 RL seeds: on the replay study's start each rose +0.03 to +0.05 with its CI above zero, where "
+           "K = 1 gained about +0.01, not resolved (docs/demo_results.md, replay study 4a)"),
+    arms=objective_arms(OBJECTIVES, "rl_replay.yaml"),
     seeds=3,
     eval_questions=600,
 )
-QUICK = Experiment(name="quick", shows="the chain runs end to end (a tiny model learns nothing in one rollout)",
-                   arms=tuple(Arm(name, (f"objective.preset={name}",)) for name in OBJECTIVES), seeds=2,
-                   eval_questions=20)
+K1 = Experiment(
+    name="k1_two_algorithms",
+    shows=("the two algorithms that differ at K = 1 (recipes/demo/rl.yaml): GRPO (z-scored advantage, "
+           "per-sequence mean) and Dr.GRPO (centred advantage, fixed-length sum); at K = 1 every ratio is 1, so "
+           "CISPO and GSPO would repeat GRPO's gradient. It gained +0.04 on one start and about +0.01, not "
+           "resolved, on two others (docs/demo_results.md)"),
+    arms=objective_arms(("grpo", "dr_grpo"), "rl.yaml"),
+    seeds=3,
+    eval_questions=600,
+)
+EXPERIMENTS = {experiment.name: experiment for experiment in (DEFAULT, K1)}
+QUICK_SEEDS = 2
 
-# Wall seconds of the default experiment's stages on the reference machine (2 idle cores;
-# docs/demo_results.md): pretraining and SFT with 2 threads; one RL run of recipes/demo/rl.yaml
-# (process start, 60 rollouts, saving) and one evaluation of the 600 test questions, each while a
-# second job runs beside it on the other core (the demo runs them two at a time); summary and plots.
-# rl_run: 60 rollouts x 11.5 s (benchmarks/cpu_speed.py: a bf16 one-thread job beside another, demo
-# recipe; rl.yaml's bf16: auto) + 20 s; eval: 107-140 s per 600 questions at one thread and batch 25
-# beside another evaluation (session 15's parity evaluations, some while a third process ran).
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "rl_run": 710.0, "eval": 130.0, "summary": 30.0}
+# Wall seconds of the stages on the reference machine (2 idle cores; docs/demo_results.md):
+# pretraining and SFT with 2 threads; one evaluation of the 600 test questions, each while a second
+# job runs beside it on the other core (the demo runs them two at a time); summary and plots.
+# eval: 107-140 s per 600 questions at one thread and batch 25 beside another evaluation.
+REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "eval": 130.0, "summary": 30.0}
+# One RL run of each demo recipe (process start, 60 rollouts, saving), one thread beside another job.
+# rl.yaml: 60 rollouts x 11.5 s (benchmarks/cpu_speed.py, bf16 one-thread job beside another) + 20 s;
+# rl_replay.yaml: 839-882 s measured for the replay study's 4a runs (four objectives, seed 42).
+RL_RUN_SECONDS = {"rl.yaml": 710.0, "rl_replay.yaml": 870.0}
 
 
 @dataclass(frozen=True)
@@ -407,13 +423,28 @@ def demo_runner(timings: Timings) -> sweep.Runner:
 
 
 def arms_of(experiment: Experiment, ablation: bool) -> tuple[Arm, ...]:
-    """The experiment's arms, with ``ablation`` the 2x2's missing cells (and GRPO, Dr.GRPO if absent)."""
+    """The experiment's arms, with ``ablation`` the 2x2's missing cells (and GRPO, Dr.GRPO if absent),
+    on the recipe of the experiment's first arm."""
     arms = list(experiment.arms)
     if ablation:
-        names = {arm.name for arm in arms}
-        arms += [Arm(name, (f"objective.preset={name}",)) for name in ("grpo", "dr_grpo") if name not in names]
-        arms += [arm for arm in ABLATION_ARMS if arm.name not in names]
+        names, recipe = {arm.name for arm in arms}, experiment.arms[0].recipe
+        arms += [arm for arm in objective_arms(("grpo", "dr_grpo"), recipe) if arm.name not in names]
+        arms += [Arm(name, overrides, recipe) for name, overrides in ABLATION_CELLS if name not in names]
     return tuple(arms)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def slots_makespan(seconds: list[float], jobs: int) -> float:
+    """Wall seconds of jobs taking ``seconds`` each, in this order, each started on the first free
+    one of ``jobs`` slots (the sweep's ``in_slots``)."""
+    free = [0.0] * jobs
+    for duration in seconds:
+        slot = free.index(min(free))
+        free[slot] += duration
+    return max(free)
 
 
 @dataclass
@@ -437,15 +468,15 @@ class Plan:
         """Each stage's wall seconds on the reference machine (2 idle cores), from
         :data:`REFERENCE_SECONDS`: RL runs and evaluations share the ``jobs`` slots."""
         ref = REFERENCE_SECONDS
-        rounds = math.ceil(self.runs / self.jobs)
+        runs = [RL_RUN_SECONDS[arm.recipe] for _ in self.seeds for arm in self.arms]  # rl_plan's order
         evals = math.ceil((self.runs + 1) / self.jobs)
-        return {"pretrain": ref["pretrain"], "sft": ref["sft"], "rl": rounds * ref["rl_run"],
+        return {"pretrain": ref["pretrain"], "sft": ref["sft"], "rl": slots_makespan(runs, self.jobs),
                 "eval": evals * ref["eval"], "summary": ref["summary"]}
 
     def describe(self) -> str:
         """The plan in words (``--dry-run``, the start of every demo, the README's block)."""
         size, lines = self.size, []
-        name = self.experiment.name + ("" if self.quick else " (the default)")
+        name = self.experiment.name + (" (the default)" if self.experiment is DEFAULT else "")
         lines.append(f"minimind-trl demo plan: {name}")
         lines.append(f"  shows: {self.experiment.shows}")
         lines.append(f"  1. data       {size.num_tasks:,} generated tasks -> train / {size.val_size} val / "
@@ -463,7 +494,8 @@ class Plan:
             rollouts = recipe.rollouts if size.rl_rollouts is None else size.rl_rollouts
             prompts = recipe.prompts if size.rl_prompts is None else size.rl_prompts
             lines.append(f"       {arm.name:<{width}}  recipes/demo/{arm.recipe} {' '.join(arm.overrides)}: "
-                         f"K = {recipe.updates_per_rollout} ({recipe.passes} pass x {recipe.minibatches} minibatch), "
+                         f"K = {recipe.updates_per_rollout} ({_count(recipe.passes, 'pass', 'passes')} x "
+                         f"{_count(recipe.minibatches, 'minibatch', 'minibatches')}), "
                          f"{rollouts} rollouts of {prompts} prompts x {recipe.group_size}, lr {recipe.learning_rate:g}")
         decoding = eval_settings(size)
         lines.append(f"  6. eval       the SFT start and every run on the {size.test_size} test questions "
@@ -482,10 +514,17 @@ class Plan:
 
 
 def make_plan(quick: bool = False, seed: int = 42, num_seeds: int | None = None, ablation: bool = False,
-              jobs: int = DEFAULT_JOBS) -> Plan:
+              jobs: int = DEFAULT_JOBS, experiment: str = DEFAULT.name) -> Plan:
     """The plan a ``minimind-trl demo`` call runs; reads nothing of the machine (its speed, cores,
-    threads, load) so every machine that types the same command runs the same experiment."""
-    experiment = QUICK if quick else DEFAULT
+    threads, load) so every machine that types the same command runs the same experiment. ``quick``
+    runs the named experiment's arms at tiny sizes with :data:`QUICK_SEEDS` seeds."""
+    if experiment not in EXPERIMENTS:
+        raise DemoError(f"--experiment {experiment!r}: not one of {', '.join(EXPERIMENTS)}")
+    chosen = EXPERIMENTS[experiment]
+    if quick:
+        chosen = Experiment(name="quick", shows=f"the chain of {chosen.name} runs end to end (a tiny model learns "
+                            "nothing in one rollout)", arms=chosen.arms, seeds=QUICK_SEEDS, eval_questions=20)
+    experiment = chosen
     if jobs < 1:
         raise DemoError(f"--jobs must be at least 1, got {jobs}")
     seeds = rl_seeds(seed, experiment.seeds if num_seeds is None else num_seeds)
@@ -576,7 +615,7 @@ def _run_stages(out: Path, plan: Plan, seed: int, resume: bool) -> Path:
     if not plan.quick:
         _project(timings, plan)
     rl = rl_plan(out, sft, splits, tokenizer, plan.arms, plan.seeds, size.rl_rollouts, size.rl_prompts, resume)
-    ablation = {arm.name for arm in ABLATION_ARMS} <= {arm.name for arm in plan.arms}
+    ablation = {name for name, _ in ABLATION_CELLS} <= {arm.name for arm in plan.arms}
     try:
         failed, outputs = sweep.drive(rl, eval_settings(size), demo_runner(timings),
                                       sweep.cpu_slots(plan.jobs, cores=plan.jobs),
@@ -618,7 +657,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: proves the chain in a few minutes")
     parser.add_argument("--seed", type=int, default=42, help="data, pretraining and SFT seed; the first RL seed")
     parser.add_argument("--seeds", type=int, default=None,
-                        help=f"RL seeds per arm (default {DEFAULT.seeds}; --quick: {QUICK.seeds}): seed, seed+1, ...")
+                        help=f"RL seeds per arm (default {DEFAULT.seeds}; --quick: {QUICK_SEEDS}): seed, seed+1, ...")
+    parser.add_argument("--experiment", default=DEFAULT.name, choices=sorted(EXPERIMENTS),
+                        help=f"which fixed experiment (default {DEFAULT.name}; {K1.name}: the K = 1 comparison of "
+                             "GRPO and Dr.GRPO, about an hour)")
     parser.add_argument("--ablation", action="store_true",
                         help="also train the 2x2 cells zscore_fixedL and center_seqmean; the summary reports "
                              "the interaction")
@@ -628,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="skip finished stages, redo unfinished ones")
     args = parser.parse_args(argv)
     try:
-        plan = make_plan(args.quick, args.seed, args.seeds, args.ablation, args.jobs)
+        plan = make_plan(args.quick, args.seed, args.seeds, args.ablation, args.jobs, args.experiment)
         if args.dry_run:
             print(plan.describe())
             return 0

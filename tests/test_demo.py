@@ -16,7 +16,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     assert demo.main(["--quick", "--output-dir", str(out)]) == 0
     summary = json.loads((out / "summary" / "summary.json").read_text())
     text = (out / "summary" / "summary.md").read_text()
-    seeds = demo.rl_seeds(42, demo.QUICK.seeds)
+    seeds = demo.rl_seeds(42, demo.QUICK_SEEDS)
     assert seeds == [42, 43]
     runs = [f"{name}-seed{seed}" for seed in seeds for name in demo.OBJECTIVES]
     assert "| sft | 1 |" in text
@@ -44,8 +44,11 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
         assert manifest["torch_threads"] == 1  # --jobs 2: one thread each, whatever the machine has
         assert manifest["recipe"]["rollout"]["prompts_per_rollout"] == demo.SIZES["quick"].rl_prompts == 4
         rows = (out / "runs" / name / "metrics.jsonl").read_text().splitlines()
-        assert len(rows) == demo.rl_recipe().updates_per_rollout  # --quick: one rollout of K updates
-        assert json.loads(rows[0])["max_abs_log_ratio"] == 0.0
+        k = demo.rl_recipe("rl_replay.yaml").updates_per_rollout
+        assert k == 4 and len(rows) == k  # --quick: one rollout of the default's K = 4 updates (4 minibatches)
+        updates = [json.loads(row) for row in rows]
+        assert [(u["update"], u["replay_minibatch"]) for u in updates] == [(k, k) for k in range(4)]
+        assert updates[0]["max_abs_log_ratio"] == 0.0 and manifest["recipe"]["training"]["minibatches"] == 4
     capsys.readouterr()
     # A rerun with --resume finds every stage done and trains nothing again.
     assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
@@ -94,6 +97,7 @@ def test_ablation_trains_the_two_cells_and_asks_for_the_interaction(tmp_path, mo
     arms = ("grpo", "cispo", "dr_grpo", "gspo", "zscore_fixedL", "center_seqmean")
     assert [c.label for c in rl.conditions] == [f"{c}-seed{s}" for s in (7, 8) for c in arms]
     assert {c.action for c in rl.conditions} == {"train"}
+    assert {Path(c.recipe).name for c in rl.conditions} == {"rl_replay.yaml"}  # the cells replay as the arms do
     by_label = {c.label: c for c in rl.conditions}
     assert {"objective.preset=dr_grpo", "objective.advantage=zscore"} <= set(by_label["zscore_fixedL-seed8"].overrides)
     assert {"objective.preset=grpo", "objective.advantage=center"} <= set(by_label["center_seqmean-seed7"].overrides)
@@ -123,9 +127,22 @@ def test_the_default_plan_reads_nothing_of_the_machine(monkeypatch):
     monkeypatch.setattr(demo.Timings, "seconds", lambda self, stage: pytest.fail("the plan read a timing"))
     assert demo.make_plan().describe() == reference
     plan = demo.make_plan()
-    assert [a.name for a in plan.arms] == ["grpo", "dr_grpo"] and plan.seeds == [42, 43, 44]
+    assert [a.name for a in plan.arms] == list(demo.OBJECTIVES) and plan.seeds == [42, 43, 44]
+    assert {a.recipe for a in plan.arms} == {"rl_replay.yaml"} and demo.rl_recipe("rl_replay.yaml").minibatches == 4
     assert plan.size.test_size == 600 and plan.jobs == 2
-    assert sum(plan.reference_seconds().values()) <= 60 * 60  # issue 38: an hour on the reference machine
+    k1 = demo.make_plan(experiment="k1_two_algorithms")
+    assert [(a.name, a.recipe) for a in k1.arms] == [("grpo", "rl.yaml"), ("dr_grpo", "rl.yaml")]
+    assert sum(k1.reference_seconds().values()) <= 60 * 60  # issue 38: the K = 1 experiment fits an hour
+
+
+def test_reference_time_schedules_runs_on_the_job_slots():
+    """12 replay runs two at a time take 6 run times; mixed recipes fill the first free slot."""
+    plan = demo.make_plan()
+    assert plan.reference_seconds()["rl"] == 6 * demo.RL_RUN_SECONDS["rl_replay.yaml"]
+    assert demo.slots_makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0
+    assert demo.slots_makespan([1.0, 1.0, 1.0], 1) == 3.0
+    with pytest.raises(demo.DemoError, match="not one of"):
+        demo.make_plan(experiment="nope")
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
@@ -134,7 +151,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.strip() == demo.make_plan().describe()
     assert not out.exists() and list(tmp_path.iterdir()) == []
-    assert "time on the reference machine (2 idle cores)" in printed and "K = 1" in printed
+    assert "time on the reference machine (2 idle cores)" in printed and "K = 4 (1 pass x 4 minibatches)" in printed
 
 
 def test_the_readme_shows_the_plan_dry_run_prints():

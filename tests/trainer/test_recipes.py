@@ -83,7 +83,9 @@ def test_every_recipe_loads_validates_and_builds_its_config(path, tmp_path):
     assert config.activation_checkpointing is False and config.gradient_checkpointing is False
     assert config.seed == recipe["seed"]
     if recipe["kind"] == "grpo":
-        assert config.logging_steps == 1 and config.steps_per_generation == config.gradient_accumulation_steps
+        minibatches = recipe["training"].get("minibatches", 1)  # M form of replay: M optimizer steps per rollout
+        assert config.logging_steps == 1
+        assert config.steps_per_generation == config.gradient_accumulation_steps * minibatches
 
 
 @pytest.mark.parametrize("path", [p for p in ALL if "demo" not in p.relative_to(RECIPES).parts], ids=rel)
