@@ -18,13 +18,15 @@ from pathlib import Path
 import torch
 import yaml
 from datasets import Dataset
+from rollout_helpers import scripted_rows
 from transformers import TrainerCallback
 
+from minimind_trl.envs.tools import default_registry
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.tokenization import build_tokenizer, load_tokenizer
 from minimind_trl.trainer import cli
 from minimind_trl.trainer.config import MiniMindGRPOConfig
-from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
+from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer, MiniMindToolGRPOTrainer
 from minimind_trl.trainer.run import save_initial_model
 
 EOS = 2
@@ -149,6 +151,17 @@ def make_trainer(run_dir, scripted: bool = True, model=None, reward=None, callba
         rollout_func=scripted_rollout if scripted else None,
         callbacks=callbacks,
     )
+
+
+def free_tool_trainer(run_dir, engine: str = "minimind", **overrides) -> MiniMindToolGRPOTrainer:
+    """The tool trainer on two unscripted tool-task prompts of the tiny random model (sampled text,
+    rarely a tool call): 2 prompts x 4 completions of at most 12 tokens per rollout."""
+    registry = default_registry()
+    config = make_config(run_dir, **{"num_iterations": 1, "max_steps": 1, "max_tool_calling_iterations": 1,
+                                     "rollout_engine": engine, **overrides})
+    return MiniMindToolGRPOTrainer(model=tiny_model().train(), reward_funcs=[text_reward], args=config,
+                                   train_dataset=Dataset.from_list(scripted_rows(registry, ("free", "open"))),
+                                   processing_class=tiny_tokenizer(), tool_registry=registry)
 
 
 class GradGrab(TrainerCallback):

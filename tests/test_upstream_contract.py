@@ -120,15 +120,14 @@ _TRIAL = "'optuna.Trial | dict[str, Any] | None'"
 # Recorded against trl 1.16.0, transformers 5.24.0, peft 0.21.2, accelerate 1.15.0.
 CONTRACT: tuple[TouchPoint, ...] = (
     # -- MiniMindGRPOTrainer (GRPOTrainer subclass) -------------------------------------------------
-    T(_GRPO, "_generate", OVERRIDE, "(self, prompts: list)", GRPO,
-      "per-rollout TurnCache, turn budgets, weights gathered once"),
-    T(_GRPO, "_generate_single_turn", OVERRIDE,
-      "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)", GRPO,
-      "MiniMind engine turns and sampling log-probs",
-      evidence=((f"{_GRPO}._generate_single_turn", "return completion_ids, logprobs"),)),
     T(_GRPO, "_calculate_rewards", OVERRIDE, "(self, inputs, prompts, completions, completion_ids_list)", GRPO,
-      "keep the gathered [N, F] reward matrix",
-      evidence=((f"{_GRPO}._calculate_rewards", "rewards_per_func = gather(rewards_per_func)"),)),
+      "rewards read the driver's per-turn messages; keep the gathered [N, F] reward matrix",
+      evidence=((f"{_GRPO}._calculate_rewards", "rewards_per_func = gather(rewards_per_func)"),
+                (f"{_GRPO}._calculate_rewards", "prompts=prompts, completions=completions"))),
+    T(_GRPO, "rollout_func", READ, None, GRPO, "our tool rollout through TRL's public seam",
+      evidence=((f"{_GRPO}._generate", "output = self.rollout_func(prompts, self)"),
+                (f"{_GRPO}._generate", 'tool_mask = extra_fields.pop("env_mask", None)'),
+                (f"{_GRPO}._generate", "if self.tools:"))),
     T(_GRPO, "_generate_and_score_completions", OVERRIDE,
       "(self, inputs: list[dict[str, torch.Tensor | typing.Any]]) -> dict[str, torch.Tensor | typing.Any]", GRPO,
       "our advantages and rollout-wide counts",
@@ -164,13 +163,13 @@ CONTRACT: tuple[TouchPoint, ...] = (
     T(_GRPO, "_dist", READ, None, GRPO, "gather sharded parameters for generation"),
     T("trl.distributed.DistributedBackend", "summon_full_params", READ, "(self, module, **kwargs)", GRPO,
       "gather sharded parameters for generation"),
-    T(_GRPO, "_tokenizer", READ, None, GRPO, "pad id for the MiniMind engine"),
+    T(_GRPO, "_tokenizer", READ, None, GRPO, "render prompts and tool turns; pad id; install ParseGuard"),
+    T(_GRPO, "chat_template_kwargs", READ, None, GRPO, "the think opener of rows without open_thinking"),
     T(_GRPO, "aux_loss_enabled", READ, None, GRPO, "ask TRL's pass for the MoE aux loss"),
-    T(_GRPO, "environments", READ, None, GRPO, "per-trajectory tool records"),
     T(_GRPO, "eos_token_ids", READ, None, GRPO, "end a model turn in the MiniMind engine"),
     T(_GRPO, "generation_config", READ, None, GRPO, "the engine's temperature, top-k, top-p"),
     T(_GRPO, "generation_kwargs", READ, None, GRPO, "unwrap the policy for generation as TRL does"),
-    T(_GRPO, "max_completion_length", READ, None, GRPO, "each turn's token budget"),
+    T(_GRPO, "max_completion_length", READ, None, GRPO, "the completion's token budget (TRL's tool-loop rule)"),
     T(_GRPO, "num_generations", READ, None, GRPO, "group size of the advantages"),
     T(_GRPO, "num_generations_eval", READ, None, GRPO, "group size of evaluation rollouts"),
     T(_GRPO, "ref_model", READ, None, GRPO, "prefix-shared pass on the reference model"),
@@ -178,8 +177,6 @@ CONTRACT: tuple[TouchPoint, ...] = (
     T(_GRPO, "reward_weights", READ, None, GRPO, "the weighted reward sum"),
     T(_GRPO, "router_aux_loss_coef", READ, None, GRPO, "weight of the MoE aux loss"),
     T(_GRPO, "temperature", READ, None, GRPO, "logits temperature of the policy passes"),
-    T(_GRPO, "use_transformers_continuous_batching", READ, None, GRPO, "keep TRL's engine for it"),
-    T(_GRPO, "use_vllm", READ, None, GRPO, "keep TRL's engine for it"),
     T("trl.GRPOConfig", "steps_per_generation", WRITE, None, GRPO,
       "switch off TRL's old-log-prob pass under M minibatches",
       evidence=((f"{_GRPO}._generate_and_score_completions",
@@ -193,16 +190,6 @@ CONTRACT: tuple[TouchPoint, ...] = (
     T(_GRPO, "num_iterations", WRITE, None, GRPO, "switch off TRL's old-log-prob pass",
       evidence=((f"{_GRPO}._generate_and_score_completions",
                  "generate_every = self.args.steps_per_generation * self.num_iterations"),)),
-    T("transformers.GenerationMixin", "_get_logits_processor", REPLACED,
-      "(self: 'GenerativePreTrainedModel', generation_config: transformers.generation.configuration_utils."
-      "GenerationConfig, input_ids_seq_length: int | None = None, encoder_input_ids: torch.LongTensor | None = None, "
-      "prefix_allowed_tokens_fn: collections.abc.Callable[[int, torch.Tensor], list[int]] | None = None, "
-      "logits_processor: transformers.generation.logits_process.LogitsProcessorList | None = None, "
-      "device: str | None = None, model_kwargs: dict[str, typing.Any] | None = None, "
-      "negative_prompt_ids: torch.Tensor | None = None, negative_prompt_attention_mask: torch.Tensor | None = None) "
-      "-> transformers.generation.logits_process.LogitsProcessorList", GRPO,
-      "record sampling log-probs (engine trl)",
-      evidence=(("transformers.GenerationMixin.generate", "self._get_logits_processor("),)),
     T("trl.trainer.utils", "split_tensor_dict", IMPORT,
       "(tensor_dict: dict[str, torch.Tensor | None], num_chunks: int) -> list[dict[str, torch.Tensor | None]]",
       GRPO, "re-split the regrouped rollout"),
@@ -218,9 +205,6 @@ CONTRACT: tuple[TouchPoint, ...] = (
       "(self, dataset: datasets.arrow_dataset.Dataset | None = None) -> torch.utils.data.sampler.Sampler",
       CHECKPOINTS, "wrap RepeatSampler to replay epochs on resume",
       evidence=((f"{_GRPO}._get_train_sampler", "RepeatSampler("),)),
-    T(_GRPO, "_get_output_dir", OVERRIDE, f"(self, trial: {_TRIAL}) -> str", CHECKPOINTS,
-      "send HF's checkpoint writer to the staging folder",
-      evidence=(("transformers.Trainer._save_checkpoint", "run_dir = self._get_output_dir(trial=trial)"),)),
     T(_GRPO, "_save_checkpoint", OVERRIDE, "(self, model, trial)", CHECKPOINTS,
       "atomic checkpoint holding the rollout buffer"),
     T(_GRPO, "_load_optimizer_and_scheduler", OVERRIDE, "(self, checkpoint)", CHECKPOINTS,
@@ -239,28 +223,6 @@ CONTRACT: tuple[TouchPoint, ...] = (
       "use_mtime: bool = False, checkpoint_prefix: str = 'checkpoint') -> None", CHECKPOINTS,
       "rotate after the atomic commit"),
     # -- ToolEnvironmentMixin (mixed into MiniMindToolGRPOTrainer) ---------------------------------
-    T(_GRPO, "_tokenize_prompts", OVERRIDE, "(self, prompts: list)", ENVIRONMENT,
-      "per-row tools and think opener",
-      evidence=((f"{_GRPO}._tokenize_prompts", "return prompt_ids, images, multimodal_fields"),)),
-    T(_GRPO, "_tool_call_loop", OVERRIDE,
-      "(self, prompts, prompt_ids, completion_ids, completions, logprobs, images, multimodal_fields)", ENVIRONMENT,
-      "remember completions to find a tool turn's row",
-      evidence=((f"{_GRPO}._generate", "= self._tool_call_loop("),)),
-    T(_GRPO, "_get_tool_suffix_ids", OVERRIDE, "(self, tool_messages)", ENVIRONMENT,
-      "tool turns rendered by our protocol",
-      evidence=((f"{_GRPO}._tool_call_loop", "self._get_tool_suffix_ids("),)),
-    T(_GRPO, "_generate", OVERRIDE, "(self, prompts: list)", ENVIRONMENT, "a TrajectoryRecord per environment",
-      evidence=((f"{_GRPO}._generate", "return prompt_ids, completion_ids, tool_mask, completions"),)),
-    T(_GRPO, "_tokenizer", READ, None, ENVIRONMENT, "render prompts and tool turns"),
-    T(_GRPO, "chat_template", READ, None, ENVIRONMENT, "render prompts as TRL does"),
-    T(_GRPO, "chat_template_kwargs", READ, None, ENVIRONMENT, "render prompts as TRL does"),
-    T(_GRPO, "environment_factories", READ, None, ENVIRONMENT, "find the environment class"),
-    T(_GRPO, "environments", READ, None, ENVIRONMENT, "a TrajectoryRecord per environment"),
-    T(_GRPO, "_environment_pool", READ, None, ENVIRONMENT, "find the environment class"),
-    T(_GRPO, "_multi_environment", READ, None, ENVIRONMENT, "refuse several environments"),
-    T(_GRPO, "_standalone_tools", READ, None, ENVIRONMENT, "refuse tools= beside the environment"),
-    T(_GRPO, "_env_tools", WRITE, None, ENVIRONMENT, "registry schemas for TRL's reply parser",
-      evidence=((f"{_GRPO}._generate", "self._env_tools[name]"),)),
     T("transformers.PreTrainedTokenizerBase", "parse_response", REPLACED,
       "(self, response: 'str | list[int] | list[str] | list[list[int]] | np.ndarray | torch.Tensor', "
       "schema: 'dict | None' = None, *, prefix: 'str | list[int] | list[str] | list[list[int]] | np.ndarray | "
@@ -725,3 +687,20 @@ def test_doc_table_matches_contract():
     table = {(e.upstream_name, e.kind, e.ours) for e in CONTRACT}
     doc = _doc_rows()
     assert doc == table, f"docs/CODEBASE.md only: {sorted(doc - table)}; CONTRACT only: {sorted(table - doc)}"
+
+
+def test_the_grpo_trainer_overrides_at_most_nine_private_methods_none_on_the_rollout_side():
+    """Issue 39: the methods of our GRPO trainer classes (mixins included) whose name starts with one
+    underscore and that TRL's GRPOTrainer or transformers' Trainer defines. Generation goes through
+    TRL's public ``rollout_func``: nothing of TRL's generation or tool loop is overridden."""
+    ours = [c for c in grpo_trainer.MiniMindToolGRPOTrainer.__mro__ if c.__module__.startswith("minimind_trl.")]
+    upstream = (GRPOTrainer, transformers.Trainer)
+    private = sorted({name for c in ours for name, value in vars(c).items()
+                      if name.startswith("_") and not name.startswith("__") and _is_method(value)
+                      and any(name in vars(u) for u in upstream)})
+    assert private == ["_calculate_rewards", "_compute_loss", "_generate_and_score_completions", "_get_grad_norm",
+                       "_get_per_token_logps_and_entropies", "_get_train_sampler", "_load_optimizer_and_scheduler",
+                       "_prepare_inputs", "_save_checkpoint"]
+    rollout_side = {"_generate", "_generate_single_turn", "_tokenize_prompts", "_tool_call_loop",
+                    "_get_tool_suffix_ids"}
+    assert not rollout_side & {name for c in ours for name in vars(c)}

@@ -66,28 +66,6 @@ def row_generators(contexts: list[list[int]], sampling: Sampling, stream: str, d
     return generators
 
 
-def match_rows(histories: list[list[int]], contexts: list[list[int]]) -> list[int]:
-    """The row each context continues: ``histories[r]`` is row r's ids so far (its last context
-    and the ids generated for it); a later turn's context extends them with a tool turn. Each
-    context takes the unclaimed row with the longest history that is a prefix of it, the lowest
-    row first among equals (TRL's loop passes contexts in row order, so equal histories keep
-    their order). Raises ValueError for a context that continues no row."""
-    claimed: set[int] = set()
-    rows = []
-    for i, context in enumerate(contexts):
-        best = None
-        for r, history in enumerate(histories):
-            if r in claimed or len(history) > len(context) or context[:len(history)] != history:
-                continue
-            if best is None or len(history) > len(histories[best]):
-                best = r
-        if best is None:
-            raise ValueError(f"match_rows: context {i} continues no row of the rollout")
-        claimed.add(best)
-        rows.append(best)
-    return rows
-
-
 class SampledLogps(LogitsProcessor):
     """Records ``log_softmax(scores)`` at the token each step appended (read from the next step's
     ``input_ids``; the last step's by `take`). Run last, its scores are the distribution the token

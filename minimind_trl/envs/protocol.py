@@ -39,8 +39,8 @@ metric ``tool_malformed_per_trajectory``, the evaluation records and the rewards
 * an observation is an error iff it is our tools' ``{"error": ...}`` JSON or TRL's
   ``{'error': ...}`` repr (`is_error_observation`).
 
-`TrajectoryRecord` is what one trajectory did, filled by the evaluation rollout and, in training,
-by `record_from_completion` from TRL's parsed completion.
+`TrajectoryRecord` is what one trajectory did, filled turn by turn by the rollout driver
+(`minimind_trl.envs.rollout`) in training and in evaluation.
 """
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def recordable(value: Any) -> Any:
 
 @dataclass
 class TrajectoryRecord:
-    """What one trajectory did: in evaluation (``rollout.Trajectory``, from the rollout) and in
-    training (`record_from_completion`, from TRL's parsed completion).
+    """What one trajectory did (``rollout.Trajectory``, filled by the rollout driver in training
+    and in evaluation).
 
     ``tool_calls``: every parsed call ``{"turn", "name", "arguments"}`` in order (executed or
     pending); ``observations``: the tool messages in context (one per executed call);
@@ -168,33 +168,6 @@ class TrajectoryRecord:
     pending_call: bool = False
     truncated: bool = False
     n_model_tokens: int = 0
-
-
-def record_from_completion(completion: list[dict], completion_ids: list[int],
-                           tool_mask: list[int] | None, eos_token_id: int) -> TrajectoryRecord:
-    """Build a `TrajectoryRecord` from TRL's parsed completion messages (assistant / tool dicts
-    in order), the completion ids [C] and the tool mask [C] (None: every token is the model's)."""
-    record = TrajectoryRecord()
-    assistant = None
-    for message in completion:
-        if message.get("role") == "assistant":
-            assistant = message
-            record.n_turns += 1
-            record.tool_calls += [{"turn": record.n_turns - 1, "name": recordable(fn.get("name")),
-                                   "arguments": recordable(fn.get("arguments"))} for fn in message_calls(message)]
-            record.malformed_calls += message_malformed_calls(message)
-        elif message.get("role") == "tool":
-            assistant = None
-            observation = str(message.get("content"))
-            record.observations.append(observation)
-            record.failed_calls += is_error_observation(observation)
-    record.valid_calls = len(record.observations) - record.failed_calls
-    record.truncated = bool(completion_ids) and completion_ids[-1] != eos_token_id
-    last_has_calls = assistant is not None and bool(assistant.get("tool_calls"))
-    record.pending_call = last_has_calls and not record.truncated
-    record.finished = assistant is not None and not last_has_calls and not record.truncated
-    record.n_model_tokens = len(completion_ids) if tool_mask is None else int(sum(tool_mask))
-    return record
 
 
 # ------------------------------------------------------------------ ids

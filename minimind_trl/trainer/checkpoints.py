@@ -54,26 +54,23 @@ class EpochReplaySampler(Sampler):
 class AtomicCheckpointMixin:
     """Mix into a GRPOTrainer subclass (before it in the bases)."""
 
-    _staging_root: str | None = None
-
     def _get_train_sampler(self, dataset=None):
         return EpochReplaySampler(super()._get_train_sampler(dataset))
 
-    def _get_output_dir(self, trial) -> str:
-        return self._staging_root if self._staging_root is not None else super()._get_output_dir(trial)
-
     def _save_checkpoint(self, model, trial) -> None:
-        run_dir = super()._get_output_dir(trial)
+        if trial is not None:
+            raise ValueError("atomic checkpoints do not support hyperparameter-search trials")
+        run_dir = self.args.output_dir
         name = f"checkpoint-{self.state.global_step}"
         staging = str(staging_path(os.path.join(run_dir, name)))
         if self.args.should_save:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        self._staging_root = staging
+        self.args.output_dir = staging  # HF's writer puts checkpoint-N under the output dir: the staging one
         try:
             super()._save_checkpoint(model, trial)
         finally:
-            self._staging_root = None
+            self.args.output_dir = run_dir
         self._save_rollout_state(os.path.join(staging, name))
         self.accelerator.wait_for_everyone()
         if self.args.should_save:

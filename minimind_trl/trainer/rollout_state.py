@@ -4,8 +4,8 @@ TRL splits a GRPO step over many hooks (generate, score, prepare, loss, grad nor
 travels between them in two objects instead of loose trainer attributes:
 
 * :class:`RolloutState` -- created when a rollout starts (``_generate_and_score_completions``),
-  filled while it is generated and scored (turn budgets, the engine's turn cache, the reward
-  matrix, tool counts), then, for a training rollout, kept as ``trainer.rollout``: the replay
+  filled while it is generated and scored (its rows, the trajectories, the reward matrix,
+  tool counts), then, for a training rollout, kept as ``trainer.rollout``: the replay
   freezes its old log-probs once (``replayed``) and every record of its updates repeats its
   ``figures``. The next training rollout replaces it; an evaluation rollout never does.
 * :class:`StepState` -- one optimizer step's accounting, created empty after the previous step's
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from minimind_trl.engine.decode import TurnCache
+from minimind_trl.envs.rollout import Trajectory
 from minimind_trl.metric_names import TIMING_KEYS
 from minimind_trl.trainer.stats import StepAccumulator
 
@@ -30,22 +30,16 @@ from minimind_trl.trainer.stats import StepAccumulator
 class RolloutState:
     """One rollout, from its start to its last update's record (module docstring).
 
-    ``first_contexts``: the first turn's contexts (the prompts), set by the first model turn; a
-    later turn's budget is ``max_completion_length`` minus what its row's completion holds.
-    ``row_histories``: each local row's ids so far (its last context and what it generated), to
-    find the row a later turn's context continues (the minimind engine's row keys).
-    ``turn_cache``: finished rows' keys and values for their next turn (``rollout_engine:
-    minimind``; dropped when generation ends). ``generation_model``: the unwrapped policy with whole
-    weights, gathered once for the rollout's model turns (``rollout_engine: minimind``).
-    ``rewards_per_func``: (N_global, F), all processes,
+    ``inputs``: this process's dataset rows of the rollout (TRL's ``rollout_func`` receives only
+    their prompts; the tool rollout reads each row's ``open_thinking`` and ``id`` here).
+    ``trajectories``: the tool rollout's `envs.rollout.Trajectory` per local row (None for a
+    rollout TRL or a caller's ``rollout_func`` generated). ``rewards_per_func``: (N_global, F), all processes,
     group by group. ``tool_counts``: (calls, failed, malformed) per local row. ``figures``: the
     rollout-wide metrics.jsonl figures (the on-policy gap filled by its update 0). ``replayed``:
     its micro-batches hold their frozen old log-probs."""
 
-    first_contexts: list[list[int]] | None = None
-    row_histories: list[list[int]] | None = None
-    turn_cache: TurnCache | None = None
-    generation_model: Any = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    trajectories: list[Trajectory] | None = None
     rewards_per_func: torch.Tensor | None = None
     tool_counts: list[tuple[int, int, int]] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)

@@ -1,5 +1,6 @@
-"""The TRL tool environment (`minimind_trl.envs.environment`): generated tool methods, records,
-think-opener flags, and a scripted multi-turn rollout through TRL's own GRPOTrainer loop."""
+"""The tool environment (`minimind_trl.envs.environment`): generated tool methods, records,
+think-opener flags, and scripted multi-turn training rollouts (`MiniMindToolGRPOTrainer`: the
+driver through TRL's ``rollout_func``) checked against evaluation's rollout."""
 
 import dataclasses
 import inspect
@@ -15,24 +16,25 @@ from rollout_helpers import (  # tests/ is on sys.path (pytest's pythonpath)
     scripted,
 )
 from transformers.utils import get_json_schema
-from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import parse_response
+from trl_tool_loop import record_from_completion
 
 from minimind_trl.conversation import task_prompt
 from minimind_trl.envs.environment import (
     ParseGuard,
     ToolEnvironment,
-    ToolEnvironmentMixin,
     make_environment_class,
     open_thinking_for,
     with_open_thinking,
 )
-from minimind_trl.envs.protocol import TrajectoryRecord, prompt_ids_for, record_from_completion
+from minimind_trl.envs.protocol import TrajectoryRecord, prompt_ids_for
 from minimind_trl.envs.registry import ToolRegistry
 from minimind_trl.envs.rollout import rollout
 from minimind_trl.modeling import save_for_hub
 from minimind_trl.rewards import format_reward, view_completion
 from minimind_trl.tokenization import load_tokenizer
+from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
 from minimind_trl.trainer.kinds.distill import build_distill_trainer, distill_config
 from minimind_trl.trainer.recipe import validate_recipe
 
@@ -46,7 +48,7 @@ def tokenizer():
 
 
 def test_environment_class_exposes_registry_tools(registry):
-    env_class = make_environment_class(registry, max_tool_turns=2)
+    env_class = make_environment_class(registry)
     public = {n for n, _ in inspect.getmembers(env_class, inspect.isfunction) if not n.startswith("_")}
     assert public == {"reset", *registry.names()}  # what TRL turns into tools: reset excluded
     env = env_class()
@@ -57,13 +59,13 @@ def test_environment_class_exposes_registry_tools(registry):
             expected = json.loads(json.dumps(expected))
             del expected["function"]["parameters"]["required"]  # get_json_schema omits it
         assert json.dumps(schema) == json.dumps(expected)
-    assert issubclass(env_class, ToolEnvironment) and env_class.max_tool_turns == 2
+    assert issubclass(env_class, ToolEnvironment)
 
 
 def test_tool_methods_never_raise_and_log_calls(registry):
     env = make_environment_class(registry)()
     env.reset(prompt=[], gt=["21"], id="t1", open_thinking=True, extra_column=3)
-    assert (env.gt, env.task_id, env.open_thinking, env.record) == (["21"], "t1", True, None)
+    assert (env.gt, env.task_id, env.open_thinking) == (["21"], "t1", True)
     assert env.calculate_math(expression="3*7") == '{"result": "21"}'
     for hostile in ({"expression": "9**9**9**9"}, {"expression": "(" * 5000}, {"expression": 7},
                     {"expression": "1", "rm": "-rf"}, {}):
@@ -125,15 +127,28 @@ def test_open_thinking_flags_are_deterministic_per_prompt():
         open_thinking_for(k, 0.5, 1) for k in keys[:20]]
 
 
-# --- TRL's own multi-turn loop, with scripted replies ------------------------------------------
+# --- training rollouts, with scripted replies --------------------------------------------------
 
-class RecordingTrainer(ToolEnvironmentMixin, GRPOTrainer):
-    """Keeps the last generated batch so the test can read it after a real training step."""
+RECORD_FIELDS = [f.name for f in dataclasses.fields(TrajectoryRecord)]
+
+
+class RecordingTrainer(MiniMindToolGRPOTrainer):
+    """Keeps the last generated batch and its trajectories' records after a real training step."""
 
     def _generate_and_score_completions(self, inputs):
         self.last_inputs = inputs
         self.last_batch = super()._generate_and_score_completions(inputs)
+        self.records = [TrajectoryRecord(**{f: getattr(t, f) for f in RECORD_FIELDS})
+                        for t in self.rollout.trajectories]
         return self.last_batch
+
+
+def grpo_args(tmp_path, **overrides):
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=2,
+                    max_completion_length=1024, max_tool_calling_iterations=2, max_steps=1, num_iterations=1,
+                    learning_rate=1e-4, bf16=False, gradient_checkpointing=False, use_cpu=True, report_to=[],
+                    save_strategy="no", seed=0, disable_tqdm=True)
+    return MiniMindGRPOConfig(**{**settings, **overrides})
 
 
 ROWS = {"[call]": False, "[think]": True, "[hostile]": False, "[loop]": False}
@@ -144,45 +159,45 @@ EXPECTED_OBSERVATIONS = {  # per turn, as they appear in the tool messages
 }
 
 
-def make_trainer(tokenizer, registry, tmp_path, make_tiny_model, cap_in_config=2, cap_in_env=2):
+def make_trainer(tokenizer, registry, tmp_path, make_tiny_model):
     rows = []
     for i, (key, think) in enumerate(ROWS.items()):
         task = make_task(registry, f"{key} compute it", f"t{i}")
         rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key, "open_thinking": think})
     seen = {}
 
-    def reward_valid_calls(completions, environments, **kwargs):
-        seen["records"] = [env.record for env in environments]
-        return [float(env.record.valid_calls) for env in environments]
+    def reward_tool_results(completions, **kwargs):
+        seen["completions"] = completions
+        return [float(sum(m.get("role") == "tool" for m in c)) for c in completions]
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=2,
-                      max_completion_length=1024, max_tool_calling_iterations=cap_in_config,
-                      max_steps=1, learning_rate=1e-4, bf16=False, activation_checkpointing=False,
-                      use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0)
     model = scripted(make_tiny_model().train(), tokenizer)
-    trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
-                               train_dataset=Dataset.from_list(rows), reward_funcs=reward_valid_calls,
-                               environment_factory=make_environment_class(registry, cap_in_env))
+    trainer = RecordingTrainer(model=model, args=grpo_args(tmp_path), processing_class=tokenizer,
+                               train_dataset=Dataset.from_list(rows), reward_funcs=reward_tool_results,
+                               tool_registry=registry)
     return trainer, seen
 
 
-def test_mixin_requires_matching_turn_cap(tokenizer, registry, tmp_path, make_tiny_model):
-    with pytest.raises(ValueError, match="max_tool_calling_iterations=3"):
-        make_trainer(tokenizer, registry, tmp_path, make_tiny_model, cap_in_config=3, cap_in_env=2)
+def test_the_tool_trainer_runs_its_own_rollout(tokenizer, registry, tmp_path, make_tiny_model):
+    for name, value in (("environment_factory", make_environment_class(registry)), ("rollout_func", print)):
+        with pytest.raises(ValueError, match=f"{name}= is not accepted"):
+            MiniMindToolGRPOTrainer(model=make_tiny_model(), args=grpo_args(tmp_path), processing_class=tokenizer,
+                                    train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}]}]),
+                                    reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                                    **{name: value})
 
 
 def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry, tmp_path, make_tiny_model):
     trainer, seen = make_trainer(tokenizer, registry, tmp_path, make_tiny_model)
     trainer.train()
     batch, inputs = trainer.last_batch, trainer.last_inputs
-    assert len(inputs) == 8 and seen["records"] == [env.record for env in trainer.environments]
+    assert len(inputs) == 8 and seen["completions"] == [t.messages for t in trainer.rollout.trajectories]
     for i, row in enumerate(inputs):
-        key, env = row["id"], trainer.environments[i]
+        key, traj = row["id"], trainer.rollout.trajectories[i]
         prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
         keep = batch["completion_mask"][i].bool()
         completion = batch["completion_ids"][i][keep].tolist()
         tool_mask = batch["tool_mask"][i][keep].tolist()
-        record = env.record
+        record = trainer.records[i]
         observations = EXPECTED_OBSERVATIONS.get(key) or [record.observations, []]
         turns = SCRIPTS[key][:record.n_turns]
 
@@ -202,15 +217,16 @@ def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry
         assert tokenizer.decode(prompt).count("<tools>\n{") == 1  # the prompt's own tool list
         offered = json.dumps(registry.schemas(["calculate_math"])[0], ensure_ascii=False)
         assert offered in tokenizer.decode(prompt)
-        assert env.open_thinking is ROWS[key] and record.n_model_tokens == sum(tool_mask)
+        assert traj.open_thinking is ROWS[key] and record.n_model_tokens == sum(tool_mask)
+        assert record == record_from_completion(traj.messages, completion, tool_mask, tokenizer.eos_token_id)
 
         # Evaluation's rollout of the same row: the same ids, mask and observations (TRL's error
         # repr for the unknown tool included), so evaluation scores what training produced.
-        (traj,) = rollout(trainer.model, tokenizer, [{"conversations": row["prompt"]}], registry,
-                          max_tool_turns=2, open_thinking=ROWS[key], progress=False)
-        assert traj.prompt_ids == prompt and traj.completion_ids == completion, key
-        assert traj.action_mask == tool_mask, key
-        as_record = {f.name: getattr(traj, f.name) for f in dataclasses.fields(TrajectoryRecord)}
+        (evaluated,) = rollout(trainer.model, tokenizer, [{"conversations": row["prompt"]}], registry,
+                               max_tool_turns=2, open_thinking=ROWS[key], progress=False)
+        assert evaluated.prompt_ids == prompt and evaluated.completion_ids == completion, key
+        assert evaluated.action_mask == tool_mask, key
+        as_record = {f: getattr(evaluated, f) for f in RECORD_FIELDS}
         assert TrajectoryRecord(**as_record) == record, key  # calls, observations, counts, flags
 
         if key in ("[call]", "[think]"):
@@ -219,10 +235,9 @@ def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry
             assert (record.valid_calls, record.failed_calls, record.n_turns) == (1, 4, 2)
             assert record.observations[1].startswith("{'error': 'Tool rm_rf not found")  # TRL's own
             assert record.tool_calls[-1]["arguments"] == {"min": 3, "max": 3}
-            assert len(env.call_log) == 4  # the unknown tool never reached the environment
         else:
             assert record.pending_call and record.n_turns == 3 and len(record.tool_calls) == 3
-            assert not record.finished and len(env.call_log) == 2
+            assert not record.finished and len(record.observations) == 2
     assert trainer.state.global_step == 1
 
 
@@ -248,21 +263,18 @@ def test_hostile_calls_are_observations_in_training_and_evaluation(tokenizer, re
         task = make_task(registry, f"{key} compute it", key)
         task["conversations"][0]["tools"] = tools
         rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key, "open_thinking": False})
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=2,
-                      max_completion_length=512, max_tool_calling_iterations=1, max_steps=1,
-                      learning_rate=1e-4, bf16=False, activation_checkpointing=False, use_cpu=True,
-                      report_to="none", save_strategy="no", logging_steps=1, seed=0)
+    args = grpo_args(tmp_path, max_completion_length=512, max_tool_calling_iterations=1)
     model = scripted(make_tiny_model().train(), tokenizer, HOSTILE_SCRIPTS)
     trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
                                train_dataset=Dataset.from_list(rows),
                                reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                               environment_factory=make_environment_class(registry, 1))
+                               tool_registry=registry)
     trainer.train()  # before: a TypeError from the tokenizer (lone surrogates) ended the run
     assert trainer.state.global_step == 1
     batch, inputs = trainer.last_batch, trainer.last_inputs
     specials = set(tokenizer.all_special_ids)
     for i, row in enumerate(inputs):
-        key, record = row["id"], trainer.environments[i].record
+        key, record = row["id"], trainer.records[i]
         keep = batch["completion_mask"][i].bool()
         completion = batch["completion_ids"][i][keep].tolist()
         tool_mask = batch["tool_mask"][i][keep].tolist()
@@ -328,21 +340,19 @@ def test_one_malformed_call_count_in_training_rewards_and_evaluation(tokenizer, 
         rows.append({"prompt": task["conversations"][:-1], "gt": ["21"], "id": key, "open_thinking": think})
     seen = {}
 
-    def reward(completions, environments, **kwargs):
-        seen["completions"], seen["records"] = completions, [env.record for env in environments]
+    def reward(completions, **kwargs):
+        seen["completions"] = completions
         return format_reward([], completions)
 
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=12, num_generations=2,
-                      max_completion_length=512, max_tool_calling_iterations=1, max_steps=1,
-                      learning_rate=1e-4, bf16=False, activation_checkpointing=False, use_cpu=True,
-                      report_to="none", save_strategy="no", logging_steps=1, seed=0)
+    args = grpo_args(tmp_path, per_device_train_batch_size=12, max_completion_length=512,
+                     max_tool_calling_iterations=1)
     scripts = {key: turns for key, (turns, _, _) in MALFORMED_SCRIPTS.items()}
     model = scripted(make_tiny_model().train(), tokenizer, scripts)
     trainer = RecordingTrainer(model=model, args=args, processing_class=tokenizer,
-                               train_dataset=Dataset.from_list(rows), reward_funcs=reward,
-                               environment_factory=make_environment_class(registry, 1))
+                               train_dataset=Dataset.from_list(rows), reward_funcs=reward, tool_registry=registry)
     trainer.train()
     inputs = trainer.last_inputs
+    seen["records"] = trainer.records
     assert len(inputs) == 12 and trainer.state.global_step == 1
     for i, row in enumerate(inputs):
         key = row["id"]
@@ -367,7 +377,7 @@ def test_deeply_nested_call_json_is_a_malformed_call_in_training_and_evaluation(
     bare = load_tokenizer()
     with pytest.raises(RecursionError):  # what TRL's loop met before: it catches ValueError/TypeError only
         parse_response(bare, ids, prefix=prompt, tools=registry.schemas())
-    trainer, _ = make_trainer(tokenizer, registry, tmp_path, make_tiny_model)  # the mixin installs the guard
+    trainer, _ = make_trainer(tokenizer, registry, tmp_path, make_tiny_model)  # the trainer installs the guard
     assert isinstance(trainer._tokenizer.parse_response, ParseGuard)
     message = parse_response(trainer._tokenizer, ids, prefix=prompt, tools=registry.schemas())
     assert "tool_calls" not in message and message["content"].startswith("<tool_call>")  # plain text

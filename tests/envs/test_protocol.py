@@ -5,6 +5,7 @@ import ast
 import pathlib
 
 import pytest
+from trl_tool_loop import record_from_completion
 
 from minimind_trl.envs import environment, protocol, rollout
 from minimind_trl.envs.environment import install_parse_guard
@@ -13,7 +14,6 @@ from minimind_trl.envs.protocol import (
     message_malformed_calls,
     parse_model_turn,
     prompt_ids_for,
-    record_from_completion,
     turn_malformed_calls,
 )
 from minimind_trl.rewards import format_reward, view_completion

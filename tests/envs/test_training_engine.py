@@ -1,8 +1,10 @@
-"""``rollout.engine: minimind`` (minimind_trl.engine) against TRL's own generation, inside
-TRL's tool loop: the same ids, masks, completions and records, greedy; reproducible sampling."""
+"""Training rollouts (`MiniMindToolGRPOTrainer`: the project's driver through TRL's
+``rollout_func``, both engines) against TRL 1.16's own tool loop with our protocol's hooks
+(tests/trl_tool_loop.py): the same ids, masks and records, greedy; reproducible sampling."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -13,11 +15,14 @@ from rollout_helpers import (  # tests/ is on sys.path (pytest's pythonpath)
     scripted,
     scripted_rows,
 )
+from trl import GRPOConfig, GRPOTrainer
+from trl_tool_loop import TRLToolLoopHooks, record_from_completion
 
 from minimind_trl.engine.decode import SliceStop, TurnCache, _Stored
 from minimind_trl.engine.sampling import RowSampler, Sampling
 from minimind_trl.engine.turns import generate_turns
 from minimind_trl.envs.environment import make_environment_class
+from minimind_trl.envs.protocol import TrajectoryRecord
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.tokenization import load_tokenizer
 from minimind_trl.trainer.config import MiniMindGRPOConfig
@@ -25,9 +30,21 @@ from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 KEYS = ("[call]", "[think]", "[hostile]", "[loop]", "[malformed]", "free")  # "free": unscripted
+RECORD_FIELDS = [f.name for f in dataclasses.fields(TrajectoryRecord)]
 
 
 class Recording(MiniMindToolGRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        self.last_batch = super()._generate_and_score_completions(inputs)
+        self.last_records = [TrajectoryRecord(**{f: getattr(t, f) for f in RECORD_FIELDS})
+                             for t in self.rollout.trajectories]
+        self.last_messages = [t.messages for t in self.rollout.trajectories]
+        return self.last_batch
+
+
+class TRLToolLoop(TRLToolLoopHooks, GRPOTrainer):
+    """TRL's own tool loop and generation, our prompts and tool turns: the oracle."""
+
     def _generate_and_score_completions(self, inputs):
         self.last_batch = super()._generate_and_score_completions(inputs)
         self.last_records = [env.record for env in self.environments]
@@ -40,20 +57,29 @@ def tokenizer():
     return load_tokenizer()
 
 
+TRAINING = dict(per_device_train_batch_size=12, num_generations=2, max_tool_calling_iterations=2, max_steps=1,
+                learning_rate=1e-4, bf16=False, use_cpu=True, save_strategy="no", disable_tqdm=True)
+
+
 def make_trainer(tmp_path, tokenizer, make_tiny_model, engine, moe=False, max_completion_length=1024, greedy=True,
                  seed=0):
+    """``engine``: "minimind" or "trl" (our trainer), "oracle" (TRL's tool loop)."""
     registry = default_registry()
     rows = scripted_rows(registry, KEYS)
-    args = MiniMindGRPOConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=12, num_generations=2,
-        max_completion_length=max_completion_length, max_tool_calling_iterations=2, max_steps=1,
-        num_iterations=1, learning_rate=1e-4, bf16=False, gradient_checkpointing=False, use_cpu=True,
-        report_to=[], save_strategy="no", seed=seed, disable_tqdm=True, rollout_engine=engine,
-        generation_kwargs={"do_sample": False} if greedy else None)
     model = scripted(make_tiny_model(moe=moe).train(), tokenizer)
+    reward = lambda completions, **kw: [0.0] * len(completions)  # noqa: E731
+    if engine == "oracle":
+        args = GRPOConfig(output_dir=str(tmp_path), max_completion_length=max_completion_length, seed=seed,
+                          report_to="none", logging_steps=1, activation_checkpointing=False,
+                          generation_kwargs={"do_sample": False} if greedy else None, **TRAINING)
+        return TRLToolLoop(model=model, args=args, processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
+                           reward_funcs=reward, environment_factory=make_environment_class(registry))
+    args = MiniMindGRPOConfig(
+        output_dir=str(tmp_path), max_completion_length=max_completion_length, num_iterations=1,
+        gradient_checkpointing=False, report_to=[], seed=seed, rollout_engine=engine,
+        generation_kwargs={"do_sample": False} if greedy else None, **TRAINING)
     return Recording(model=model, args=args, processing_class=tokenizer, train_dataset=Dataset.from_list(rows),
-                     reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                     environment_factory=make_environment_class(registry, 2))
+                     reward_funcs=reward, tool_registry=registry)
 
 
 def rollout_of(trainer):
@@ -70,38 +96,33 @@ def rollout_of(trainer):
 
 @pytest.mark.parametrize("moe,length", [(False, 1024), (True, 1024), (False, 40)],
                          ids=["dense", "moe", "dense-truncated-at-40"])
-def test_minimind_engine_equals_trls_generation_token_for_token(tmp_path, tokenizer, make_tiny_model, moe, length):
+def test_training_rollouts_equal_trls_tool_loop_token_for_token(tmp_path, tokenizer, make_tiny_model, moe, length):
     """0-2 tool rounds, a pending call at the cap, TRL's error observations for unknown tools,
     malformed calls, an unscripted row, and (40) completions cut by max_completion_length with
-    tool results rolled back: every id, mask bit and record field equal."""
-    runs, calls, hits = {}, [], []
-    for engine in ("trl", "minimind"):
+    tool results rolled back: every id, mask bit and record field of the driver (both engines)
+    equals TRL's own tool loop, and each record equals the one read from the driver's messages."""
+    runs, calls = {}, []
+    for engine in ("oracle", "trl", "minimind"):
         trainer = make_trainer(tmp_path / engine, tokenizer, make_tiny_model, engine, moe=moe,
                                max_completion_length=length)
         if engine == "minimind":
-            real = trainer._generate_single_turn  # check that the engine is the one generating
-
-            def counted(*a, real=real, trainer=trainer, **k):
-                calls.append(len(a[0]))
-                out = real(*a, **k)
-                hits.append(trainer._generating.turn_cache.hits)
-                return out
-
-            trainer._generate_single_turn = counted
+            calls = count_generate_calls(trainer.model)  # the engine generates, in slices
         trainer.train()
         runs[engine] = rollout_of(trainer)
-    assert calls[0] == 12 and len(calls) >= (2 if length == 1024 else 1)  # first turns, post-tool turns
-    if length == 1024:
-        assert hits and hits[-1] > 0  # later turns resumed their rows' keys and values
-    assert len(runs["trl"]) == 12
-    for trl_row, ours in zip(runs["trl"], runs["minimind"]):
-        assert ours == trl_row
-    records = [row[3] for row in runs["trl"]]
+        if engine != "oracle":
+            for (_, completion, mask, record), messages in zip(runs[engine], trainer.last_messages):
+                assert record_from_completion(messages, completion, mask, tokenizer.eos_token_id) == record
+    assert calls and calls[0] <= 12
+    assert len(runs["oracle"]) == 12
+    for oracle, trl_engine, minimind in zip(runs["oracle"], runs["trl"], runs["minimind"]):
+        assert trl_engine == oracle
+        assert minimind == oracle
+    records = [row[3] for row in runs["oracle"]]
     if length == 1024:
         assert any(r.pending_call for r in records) and any(r.failed_calls for r in records)
         assert any(r.malformed_calls for r in records) and any(r.finished and r.valid_calls for r in records)
     else:
-        assert any(r.truncated for r in records) and all(len(row[1]) <= 40 for row in runs["trl"])
+        assert any(r.truncated for r in records) and all(len(row[1]) <= 40 for row in runs["oracle"])
 
 
 def test_sampled_rollouts_repeat_with_the_seed_and_change_with_it(tmp_path, tokenizer, make_tiny_model):

@@ -1,5 +1,6 @@
 """The on-policy check: the log-probs each engine sampled the action tokens under against the
-replay's old log-probs (``onpolicy/*`` record keys), fp32 on a tiny model."""
+replay's old log-probs (``onpolicy/*`` record keys), fp32 on a tiny model, through the tool
+trainer's rollout (`MiniMindToolGRPOTrainer`, both engines)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,12 @@ import os
 import pytest
 import torch
 from datasets import Dataset
-from helpers import make_trainer, tiny_model
+from helpers import free_tool_trainer, make_trainer, tiny_model
 from rollout_helpers import scripted, scripted_rows
 
 from minimind_trl.engine.decode import TurnCache
 from minimind_trl.engine.sampling import Sampling
 from minimind_trl.engine.turns import generate_turns
-from minimind_trl.envs.environment import make_environment_class
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.metric_names import (
     ON_POLICY_KEYS,
@@ -83,8 +83,8 @@ def assert_on_policy(rows, bound=1e-4):
 def test_sampled_rollouts_are_on_policy(tmp_path, engine, iterations):
     """Two sampled rollouts: every record carries its rollout's figures, ~0 in fp32; the sampling
     log-probs are real ones (not zeros), aligned with the completion ids."""
-    trainer = make_trainer(tmp_path, scripted=False, rollout_engine=engine, num_iterations=iterations,
-                           max_steps=2 * iterations, temperature=0.8)
+    trainer = free_tool_trainer(tmp_path, engine, num_iterations=iterations, max_steps=2 * iterations,
+                                temperature=0.8)
     trainer.train()
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["rollout"] for r in rows] == [r for r in (0, 1) for _ in range(iterations)]
@@ -101,7 +101,7 @@ def test_sampled_rollouts_are_on_policy(tmp_path, engine, iterations):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_check_sees_off_policy_data(tmp_path, engine):
     """Sampled at temperature 1.0 but replayed at 0.5: the figures are far from 0."""
-    trainer = make_trainer(tmp_path, scripted=False, rollout_engine=engine, num_iterations=1, max_steps=1)
+    trainer = free_tool_trainer(tmp_path, engine)
     trainer.temperature = 0.5  # the replay's temperature only; generation keeps its config
     trainer.train()
     (row,) = read_metrics(tmp_path / "metrics.jsonl")
@@ -117,7 +117,7 @@ def test_scripted_rollouts_record_none(tmp_path):
     assert all(row[key] is None for key in ON_POLICY_KEYS)
 
 
-# ------------------------------------------------------------------ through TRL's tool loop
+# ------------------------------------------------------------------ tool turns inside the completion
 
 KEYS = ("[call]", "[think]", "[loop]", "free")
 
@@ -142,8 +142,7 @@ def tool_trainer(tmp_path, engine):
         rollout_engine=engine, temperature=0.9)
     return Recording(model=scripted(tiny_model().train(), tokenizer), args=args, processing_class=tokenizer,
                      train_dataset=Dataset.from_list(rows),
-                     reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                     environment_factory=make_environment_class(registry, 2))
+                     reward_funcs=lambda completions, **kw: [0.0] * len(completions), tool_registry=registry)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

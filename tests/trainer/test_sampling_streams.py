@@ -11,24 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_trainer, run_two_cpu_ranks
+from helpers import free_tool_trainer, run_two_cpu_ranks
 
-from minimind_trl.engine.sampling import Sampling, match_rows, row_generators
-from minimind_trl.trainer.grpo_trainer import MiniMindGRPOTrainer
+from minimind_trl.engine.sampling import Sampling, row_generators
+from minimind_trl.trainer.grpo_trainer import MiniMindToolGRPOTrainer
 
 MODES = ("global_row", "process")
 SETTINGS = dict(max_steps=1, num_iterations=1, max_completion_length=12, temperature=1.0)
-
-
-def test_match_rows_finds_the_row_each_later_context_extends():
-    histories = [[1, 2, 3], [1, 2, 4], [1, 2, 3], [9]]
-    assert match_rows(histories, [[1, 2, 4, 7], [9, 5]]) == [1, 3]
-    # equal histories keep their order; a claimed row is not given twice
-    assert match_rows(histories, [[1, 2, 3, 8], [1, 2, 3, 8]]) == [0, 2]
-    # the longest history that is a prefix wins over a shorter one
-    assert match_rows([[1], [1, 2]], [[1, 2, 5]]) == [1]
-    with pytest.raises(ValueError, match="context 0 continues no row"):
-        match_rows(histories, [[7, 7]])
 
 
 def test_row_keys_replace_the_occurrence_in_the_seed():
@@ -52,19 +41,18 @@ def test_row_keys_replace_the_occurrence_in_the_seed():
 def _rollouts(run_dir: Path, per_device: int, mode: str) -> list[list[int]]:
     """The completion ids of this process's rows in the first rollout."""
     seen: list[list[int]] = []
-    original = MiniMindGRPOTrainer._generate
+    original = MiniMindToolGRPOTrainer.tool_rollout
 
     def capture(self, prompts):
         result = original(self, prompts)
-        seen.extend(list(map(list, result[1])))
+        seen.extend(list(map(list, result["completion_ids"])))
         return result
 
-    MiniMindGRPOTrainer._generate = capture
+    MiniMindToolGRPOTrainer.tool_rollout = capture
     try:
-        make_trainer(run_dir, scripted=False, per_device_train_batch_size=per_device, sampling_streams=mode,
-                     **SETTINGS).train()
+        free_tool_trainer(run_dir, per_device_train_batch_size=per_device, sampling_streams=mode, **SETTINGS).train()
     finally:
-        MiniMindGRPOTrainer._generate = original
+        MiniMindToolGRPOTrainer.tool_rollout = original
     return seen
 
 

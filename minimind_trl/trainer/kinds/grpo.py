@@ -10,7 +10,7 @@ from typing import Any
 from datasets import Dataset
 
 from minimind_trl.conversation import prompt_turns
-from minimind_trl.envs.environment import make_environment_class, with_open_thinking
+from minimind_trl.envs.environment import with_open_thinking
 from minimind_trl.envs.protocol import MAX_TOOL_TURNS, MAX_TURN_TOKENS
 from minimind_trl.objectives import PRESETS as OBJECTIVE_PRESETS, ObjectiveConfig
 from minimind_trl.plugins import load_object
@@ -238,12 +238,10 @@ def _grpo_data(recipe: dict, rows: list[dict], tokenizer) -> Dataset:
 
 
 def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict], eval_rows: list[dict] | None = None):
-    """:class:`MiniMindToolGRPOTrainer` with the recipe's rewards and tool environment (one tool
-    registry: the environment's, also given to the reward factories that judge tool calls)."""
-    rollout = recipe["rollout"]
-    registry = build_registry(rollout)  # the run's tools: the environment runs them, tool-aware rewards judge by them
+    """:class:`MiniMindToolGRPOTrainer` with the recipe's rewards and tools (one tool registry: the
+    rollout runs it, and the reward factories that judge tool calls get it)."""
+    registry = build_registry(recipe["rollout"])  # the rollout runs these tools; tool-aware rewards judge by them
     funcs, _ = build_reward_functions(recipe["rewards"], registry)
-    environment = make_environment_class(registry, rollout["max_tool_turns"])
     return MiniMindToolGRPOTrainer(
         model=model,
         reward_funcs=funcs,
@@ -251,7 +249,7 @@ def build_grpo_trainer(recipe: dict, config, model, tokenizer, rows: list[dict],
         train_dataset=_grpo_data(recipe, rows, tokenizer),
         eval_dataset=None if eval_rows is None else _grpo_data(recipe, eval_rows, tokenizer),
         processing_class=tokenizer,
-        environment_factory=environment,
+        tool_registry=registry,
         peft_config=peft_config(recipe),
         callbacks=eval_log(config, eval_rows),
     )
