@@ -10,9 +10,6 @@ configuration (same recipe, model, data, seed):
                     ``generate`` in its tool loop; one padded row per trajectory in every pass);
 * ``shared``        ``rollout.engine: trl``, ``training.prefix_sharing: true``;
 * ``after``         ``rollout.engine: minimind``, ``training.prefix_sharing: true`` (the defaults);
-* ``trl_cb``        ``rollout.engine: trl`` with ``training.use_transformers_continuous_batching``
-                    (transformers' continuous batching as TRL drives it), prefix sharing on; its
-                    failure, if it does not run here, is recorded.
 
 Per rollout (K steps share one rollout): ``rollout`` (generation, tool calls, rewards: the
 trainer's ``rollout_seconds``), ``old_logp`` (the frozen replay) and ``update`` (the K updates'
@@ -46,8 +43,6 @@ CONFIGS = {
     "before": ["rollout.engine=trl", "training.prefix_sharing=false"],
     "shared": ["rollout.engine=trl", "training.prefix_sharing=true"],
     "after": ["rollout.engine=minimind", "training.prefix_sharing=true"],
-    "trl_cb": ["rollout.engine=trl", "training.prefix_sharing=true",
-               "training.use_transformers_continuous_batching=true"],
 }
 TARGET_ROLLOUT = 3.0  # training rollout, minimind engine vs TRL's loop
 TARGET_STEP = 2.0  # whole RL step, after vs before

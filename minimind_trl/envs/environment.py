@@ -164,7 +164,7 @@ def with_open_thinking(dataset: Any, ratio: float = DEFAULT_THINKING_RATIO, seed
                        key: str = "id") -> Any:
     """Add a boolean ``open_thinking`` column (`open_thinking_for` of each row's ``key``, or of
     its index when the row has no such field) to a `datasets.Dataset` or a list of dicts.
-    `ToolEnvironment.reset` reads it and `ToolEnvironmentMixin` applies it to every turn."""
+    The training rollout applies it to the row's prompt and tool turns."""
     def flag(row: dict, index: int) -> bool:
         return open_thinking_for(row.get(key, index), ratio, seed)
 

@@ -1,4 +1,4 @@
-"""The token and observation protocol shared by training (TRL's tool loop) and evaluation.
+"""The token and observation protocol shared by training and evaluation (one rollout driver, TRL's rules).
 
 One home for what both sides must agree on, so a model sees the same ids and is scored by the
 same rules in `minimind_trl.envs.environment` (training) and `minimind_trl.envs.rollout`

@@ -4,7 +4,8 @@ TRL's GRPOTrainer gives reward functions either
 
 * a string (plain generation, or a whole multi-turn completion decoded to text, where tool
   results sit in ``<tool_response>…</tool_response>`` blocks), or
-* in tool mode (``tools=`` / ``environment_factory=``) a list of messages: assistant messages
+* in tool mode (``tools=`` / ``environment_factory=``, and the project's tool rollout, which
+  builds the same form) a list of messages: assistant messages
   ``{"role": "assistant", "content": str, "tool_calls": [{"type": "function", "function":
   {"name", "arguments"}}], ...}`` and tool messages ``{"role": "tool", "name", "content"}``.
   When TRL cannot parse a turn's tool call it keeps the raw text (tags included) as

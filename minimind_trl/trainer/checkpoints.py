@@ -3,7 +3,7 @@
 HF's ``Trainer._save_checkpoint`` writes ``checkpoint-N`` in place, so a kill mid-save leaves a
 half-written folder that ``get_last_checkpoint`` would pick. Here the whole checkpoint (HF's
 files plus one ``rollout_state_{rank}.pt`` per process) is written under
-``.staging-checkpoint-N/`` (``_get_output_dir`` points there while saving), then committed as
+``.staging-checkpoint-N/`` (``args.output_dir`` points there while HF's writer runs), then committed as
 ``checkpoint-N`` by :func:`minimind_trl.fsio.commit_directory` (every file and folder fsynced, then
 renamed; a checkpoint of the same step is replaced by the aside-and-swap renames): the previous
 checkpoint stays the newest complete one until the rename. The rollout state (TRL's buffered

@@ -111,13 +111,16 @@ class MiniMindGRPOConfig(GRPOConfig):
         > Rollouts
 
         rollout_engine (`str`, defaults to `"minimind"`):
-            What generates each model turn of a training rollout. `"minimind"`:
+            What generates each model turn of a training rollout; the turns, tools and tool turns
+            are the rollout driver's either way (`minimind_trl.envs.rollout.drive`, TRL 1.16's tool
+            loop rules, through TRL's ``rollout_func``). `"minimind"`:
             :func:`minimind_trl.engine.turns.generate_turns` (continuous batching over one KV
             cache, contexts encoded without repeats, per-row random streams seeded from `seed`,
-            the step and the context, so a trajectory does not depend on the batch it shares);
-            TRL's tool loop (parsing, tool calls, tool turns, `max_completion_length`) is unchanged.
+            the step and the context, so a trajectory does not depend on the batch it shares).
             Supports `temperature`, `top_k` and `top_p` (TRL's warpers, in TRL's order), or greedy
-            through `generation_kwargs={"do_sample": False}`. `"trl"`: TRL's padded `generate`.
+            through `generation_kwargs={"do_sample": False}`. `"trl"`: transformers' padded
+            `generate` as TRL calls it (:func:`minimind_trl.engine.turns.padded_generate_turns`),
+            the global random stream; the baseline of `benchmarks/rl_step.py`.
         sampling_streams (`str`, defaults to `"process"`):
             How the minimind engine keys each row's random stream. `"process"`: the step, the process
             index and the row's context (with its occurrence among equal contexts of the process),
@@ -195,14 +198,16 @@ class MiniMindGRPOConfig(GRPOConfig):
         if self.sampling_streams != "process" and self.rollout_engine != "minimind":
             raise ValueError("sampling_streams 'global_row' keys the minimind engine's streams; rollout_engine "
                              f"{self.rollout_engine!r} samples from TRL's one stream")
+        if self.use_transformers_continuous_batching:
+            raise ValueError("use_transformers_continuous_batching: training rollouts run the project's driver "
+                             "(TRL's rollout_func), not TRL's generation; leave it off")
         if self.rollout_engine == "minimind":
             unsupported = {k: getattr(self, k) for k, default in (("min_p", None), ("repetition_penalty", 1.0))
                            if getattr(self, k) != default}
             unsupported.update({k: v for k, v in (self.generation_kwargs or {}).items() if k != "do_sample"})
-            if unsupported or self.use_transformers_continuous_batching:
+            if unsupported:
                 raise ValueError(
-                    f"rollout_engine 'minimind' samples with temperature / top_k / top_p only, got {unsupported or ''}"
-                    f"{' use_transformers_continuous_batching' if self.use_transformers_continuous_batching else ''}; "
+                    f"rollout_engine 'minimind' samples with temperature / top_k / top_p only, got {unsupported}; "
                     "use rollout.engine: trl for these settings")
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations (K) must be >= 1, got {self.num_iterations}")
