@@ -27,13 +27,22 @@ Every heavy stage is the public command a user would type (``minimind-trl train`
 ``summarize``, ``plot``), run in a child process. Pretraining and SFT run with two threads (the
 reference machine's; the same SFT start on every machine); the RL runs and evaluations run two at
 a time (``--jobs``, default 2), one thread each, so a run's numbers do not depend on the machine's
-core count. Stages 5-7 are the sweep's own driver (:func:`minimind_trl.sweep.drive`) on a plan the
-demo names (:func:`rl_plan`): runs in ``runs/<arm>-seed<S>``, evaluations in ``eval/``, the
-summary in ``summary/`` and plots in ``plots/``, with the sweep's reuse rules (a run by its recipe
-hash, an evaluation by its weights and settings; summary and plots are rewritten every time). A
-stage whose output is complete is skipped on ``--resume``; anything half-written is refused, never
-overwritten. ``--quick`` shrinks every stage (a few minutes; it proves the chain, it learns
-nothing). ``--dry-run`` prints the plan and its time on the reference machine and writes nothing.
+core count.
+
+Stages 3-7 are one plan of the sweep's planner and driver (:func:`sweep_plan`): pretraining and SFT
+are its stages (:func:`stage_conditions`: conditions with no seed, trained first, SFT after
+pretraining), every arm x seed a condition that starts from SFT (:func:`rl_conditions`), each
+evaluated after its run, the SFT start into ``eval/sft``; runs in ``runs/<name>``, evaluations in
+``eval/``, the summary in ``summary/`` and plots in ``plots/``. Before the first stage runs the
+sweep's :func:`~minimind_trl.sweep.check_plan` checks the whole plan at once, with the sweep's
+refusals: a run folder that ran another recipe (by its recipe hash) or is no run folder, a run made
+from a stage that will train again, an evaluation folder of other weights or settings, or one beside
+a run that is not complete. :func:`minimind_trl.sweep.drive` then runs it (summary and plots are
+rewritten every time). The data and tokenizer stages stay the demo's own: they run no recipe, so
+they have no run folder or recipe hash for the planner to compare; a finished one is kept on
+``--resume``, a half-written one made again. Without ``--resume`` every stage's folder must be new.
+``--quick`` shrinks every stage (a few minutes; it proves the chain, it learns nothing).
+``--dry-run`` prints the plan and its time on the reference machine and writes nothing.
 
 ``--ablation`` adds the two missing cells of the 2x2 (advantage z-score / centred x reduction
 per-sequence mean / fixed L), with the same RL seeds: ``zscore_fixedL`` (Dr.GRPO's fixed-L
@@ -68,14 +77,21 @@ from minimind_trl.data.tokenizer_corpus import default_corpus
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.eval.runner import EVAL_BATCH_SIZE
 from minimind_trl.fsio import FolderLockError, folder_lock, sha256_file, write_json_atomic, write_jsonl_atomic
-from minimind_trl.run_folder import RunFolder, RunFolderConflict
+from minimind_trl.run_folder import RunFolder
 from minimind_trl.subprocess_runner import CommandFailed, run_cli
 from minimind_trl.targets import OutputTargetError, check_output_folder
-from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
+from minimind_trl.trainer.recipe import load_recipe
 
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes" / "demo"  # the repository checkout
 TIMINGS_FILE = "timings.json"
 PRETRAIN_THREADS = 2  # pretraining and SFT: the reference machine's threads
+# ...on one CPU slot of their own, whatever this machine has: the same SFT start everywhere
+STAGE_SLOT = sweep.cpu_slots(1, cores=PRETRAIN_THREADS)[0]
+STAGE_LOG = "train_"  # a stage's log is logs/train_<stage>.log; timings.json records its time as <stage>
+# Under the demo folder: the splits, the tokenizer, and the SFT stage (runs/sft, whose final/ every RL run starts from).
+SPLITS = Path("data", "splits")
+TOKENIZER = "tokenizer"
+SFT = "sft"
 DEFAULT_JOBS = 2  # RL runs and evaluations side by side, one thread each
 
 
@@ -216,11 +232,11 @@ def _log(message: str) -> None:
 
 
 def _run(args: list[str], log_file: Path) -> None:
-    """Run ``minimind-trl ARGS`` in a child process, its output teed to ``log_file`` (rewritten)."""
+    """Run ``minimind-trl ARGS`` (the tokenizer's build) in a child process on the stages' slot, its
+    output teed to ``log_file`` (rewritten)."""
     _log("$ minimind-trl " + " ".join(args))
-    try:  # the reference machine's two threads, whatever this machine has: the same SFT start everywhere
-        run_cli(args, log_file, append=False, header=False, echo=True, check=True,
-                env=sweep.slot_env(sweep.cpu_slots(1, cores=PRETRAIN_THREADS)[0]))
+    try:
+        run_cli(args, log_file, append=False, header=False, echo=True, check=True, env=sweep.slot_env(STAGE_SLOT))
     except CommandFailed as exc:
         raise DemoError(str(exc)) from None
 
@@ -243,14 +259,10 @@ def _check_fresh(path: Path, resume: bool, marker: str) -> bool:
     return False
 
 
-def _training_done(run_dir: Path) -> bool:
-    return RunFolder(run_dir).state() == "completed"
-
-
-def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
-    splits, sft = out / "data" / "splits", out / "data" / "sft"
+def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> None:
+    splits, sft = out / SPLITS, out / "data" / "sft"
     if resume and _stage_done(splits, "manifest.json") and _stage_done(sft, "manifest.json"):
-        return splits
+        return
     if (out / "data").exists() and any((out / "data").iterdir()):
         if not resume:
             raise DemoError(f"{out / 'data'} is not empty; use --resume or a new --output-dir")
@@ -281,7 +293,6 @@ def stage_data(out: Path, size: DemoSize, seed: int, resume: bool) -> Path:
         })
     _log(f"data: {len(tasks)} tasks -> {train_size}/{size.val_size}/{size.test_size} splits, "
          f"{len(pretrain_rows)} pretraining texts ({size.drill_rows} drills), {min(len(gold), size.sft_rows)} SFT rows")
-    return splits
 
 
 def solution_text(gold: dict) -> str:
@@ -292,46 +303,16 @@ def solution_text(gold: dict) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def stage_tokenizer(out: Path, resume: bool) -> Path:
+def stage_tokenizer(out: Path, resume: bool) -> None:
     """The project's tokenizer recipe (as ``scripts/build_default_tokenizer.py``): rendered gold
     trajectories of 4,000 generated tasks plus the package's general text, 6400 ids."""
 
-    folder = out / "tokenizer"
+    folder = out / TOKENIZER
     if _check_fresh(folder, resume, "tokenizer.json"):
-        return folder
+        return
     corpus = out / "data" / "tokenizer_corpus.jsonl"
     write_jsonl_atomic(corpus, [{"text": doc} for doc in default_corpus(4000, 20240601, 20)])
     _run(["tokenizer", "build", "--corpus", str(corpus), "--output-dir", str(folder)], out / "logs" / "tokenizer.log")
-    return folder
-
-
-def stage_train(out: Path, name: str, recipe: Path, overrides: list[str], resume: bool) -> Path:
-    """Train ``recipe`` with ``overrides`` into ``out/runs/NAME``. With ``resume``, a folder is
-    reused by the sweep's rule (:meth:`RunFolder.reuse_action`): a finished run of the same resolved
-    recipe (``recipe_sha256``) is kept, an interrupted one resumed, one of another recipe refused."""
-    run_dir = out / "runs" / name
-    try:
-        resolved = load_recipe(recipe, overrides)
-        action = RunFolder(run_dir).reuse_action(resolved, recipe_sha256(resolved))
-    except RecipeError as exc:
-        raise DemoError(f"{recipe}: {exc}") from None
-    except RunFolderConflict as exc:
-        raise DemoError(f"{exc}; a demo folder holds one recipe per run: use a new --output-dir") from None
-    started = run_dir.is_dir() and any(run_dir.iterdir())
-    if started and not resume:
-        raise DemoError(f"{run_dir} is not empty; use --resume or a new --output-dir")
-    if action == "skip":
-        _log(f"{name}: already trained with this recipe, skipping")
-        return RunFolder(run_dir).final_dir
-    if action == "stopped":
-        raise DemoError(f"{run_dir} stopped on a non-finite value (see its status.json); delete it to train again")
-    args = ["train", str(recipe), "--output-dir", str(run_dir)]
-    for item in overrides:
-        args += ["--set", item]
-    if started:  # interrupted, or killed before its manifest: train resumes or clears it
-        args.append("--resume")
-    _run(args, out / "logs" / f"train_{name}.log")
-    return RunFolder(run_dir).final_dir
 
 
 def rl_seeds(seed: int, count: int) -> list[int]:
@@ -356,7 +337,7 @@ def sft_overrides(data_dir: Path, pretrained: Path, tokenizer: Path, size: DemoS
 def rl_condition_overrides(arm: Arm, rollouts: int | None = None, prompts: int | None = None) -> list[str]:
     """One arm's own ``--set`` items (the sweep's ``Condition.overrides``): its overrides and, only for a
     size that differs from its recipe (``--quick``), ``rollouts`` x K updates and ``prompts`` per
-    rollout. The start, data, tokenizer and seed come from :func:`rl_plan`; every other training
+    rollout. The start, data, tokenizer and seed come from :func:`sweep_plan`; every other training
     setting is the recipe's."""
     recipe = rl_recipe(arm.recipe)
     shape = []
@@ -368,34 +349,60 @@ def rl_condition_overrides(arm: Arm, rollouts: int | None = None, prompts: int |
     return [*arm.overrides, *shape]
 
 
-def rl_plan(out: Path, sft: Path, splits: Path, tokenizer: Path, arms: tuple[Arm, ...], seeds: list[int],
-            rollouts: int | None = None, prompts: int | None = None, resume: bool = False) -> sweep.Plan:
-    """The RL stage as a sweep plan (:class:`minimind_trl.sweep.Plan`): every arm x seed trains its
-    recipe from ``sft`` into ``out/runs/<arm>-seed<S>``, is evaluated into ``out/eval/<arm>-seed<S>``
-    (the SFT start into ``out/eval/sft``), and the summary and plots go to ``out/summary`` and
-    ``out/plots``. A run folder is reused by the sweep's rule (the recipe hash); without ``resume``
-    only new folders are accepted."""
-    plan = sweep.Plan(protocol="demo", recipes_dir=str(RECIPE_DIR), data=str(splits), sft=str(sft), out=str(out),
-                      seeds=list(seeds), overrides=[f"tokenizer.path={tokenizer}"],
-                      baseline_eval=str(out / "eval" / sweep.BASELINE), summary_dir=str(out / "summary"),
-                      plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
+def stage_conditions(out: Path, size: DemoSize, seed: int) -> list[sweep.Condition]:
+    """Pretraining and SFT as stages of the sweep's planner (conditions with no seed: run once, first,
+    one after the other; every ``--set`` item their own): ``runs/pretrain``, then ``runs/sft`` from its
+    ``final/``. Neither is evaluated as a condition: the SFT start's evaluation is the plan's baseline
+    (``eval/sft``). Their logs keep the demo's names (``logs/train_<stage>.log``)."""
+    data, tokenizer = out / "data", out / TOKENIZER
+    pretrain = sweep.Condition(name="pretrain", seed=None, recipe=str(RECIPE_DIR / "pretrain.yaml"),
+                               run_dir=str(out / "runs" / "pretrain"), eval_dir="",
+                               overrides=pretrain_overrides(data, tokenizer, size, seed),
+                               log=str(out / "logs" / f"{STAGE_LOG}pretrain.log"))
+    pretrained = RunFolder(pretrain.run_dir).final_dir
+    sft = sweep.Condition(name=SFT, seed=None, recipe=str(RECIPE_DIR / "sft.yaml"), run_dir=str(out / "runs" / SFT),
+                          eval_dir="", overrides=sft_overrides(data, pretrained, tokenizer, size, seed),
+                          after=pretrain.label, log=str(out / "logs" / f"{STAGE_LOG}{SFT}.log"))
+    return [pretrain, sft]
+
+
+def rl_conditions(out: Path, arms: tuple[Arm, ...], seeds: list[int], rollouts: int | None = None,
+                  prompts: int | None = None) -> list[sweep.Condition]:
+    """The RL stage's conditions: every arm x seed trains its recipe from the SFT stage's ``final/`` into
+    ``out/runs/<arm>-seed<S>`` and is evaluated into ``out/eval/<arm>-seed<S>``."""
+    conditions = []
     for seed in seeds:
         for arm in arms:
             label = f"{arm.name}-seed{seed}"
-            cond = sweep.Condition(name=arm.name, seed=seed, recipe=str(RECIPE_DIR / arm.recipe),
-                                   run_dir=str(out / "runs" / label), eval_dir=str(out / "eval" / label),
-                                   overrides=rl_condition_overrides(arm, rollouts, prompts))
-            try:
-                action, conflict = sweep.reuse_action(plan, cond)
-            except sweep.SweepError as exc:
-                raise DemoError(str(exc)) from None
-            if action is None:
-                raise DemoError(f"{conflict}; a demo folder holds one recipe per run: use a new --output-dir")
-            if action != "train" and not resume:
-                raise DemoError(f"{cond.run_dir} is not empty; use --resume or a new --output-dir")
-            cond.action = action
-            plan.conditions.append(cond)
-    return plan
+            conditions.append(sweep.Condition(name=arm.name, seed=seed, recipe=str(RECIPE_DIR / arm.recipe),
+                                              run_dir=str(out / "runs" / label), eval_dir=str(out / "eval" / label),
+                                              overrides=rl_condition_overrides(arm, rollouts, prompts), after=SFT))
+    return conditions
+
+
+def sweep_plan(out: Path, plan: Plan, seed: int = 42, resume: bool = False) -> sweep.Plan:
+    """The whole demo as one plan of the sweep's planner, checked before any stage runs
+    (:func:`minimind_trl.sweep.check_plan`): pretraining and SFT (:func:`stage_conditions`), every RL
+    run (:func:`rl_conditions`), the SFT start's evaluation into ``out/eval/sft``, the summary and plots
+    into ``out/summary`` and ``out/plots``. Every run folder is reused by the sweep's rule (the recipe
+    hash), every evaluation folder by its weights and settings, and a run made from a stage that will
+    train again is refused; without ``resume`` only new run folders are accepted."""
+    size = plan.size
+    whole = sweep.Plan(protocol="demo", recipes_dir=str(RECIPE_DIR), data=str(out / SPLITS),
+                       sft=str(out / "runs" / SFT / "final"), out=str(out), seeds=list(plan.seeds),
+                       overrides=[f"tokenizer.path={out / TOKENIZER}"], baseline_after=SFT,
+                       baseline_eval=str(out / "eval" / sweep.BASELINE), summary_dir=str(out / "summary"),
+                       plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
+    whole.conditions = [*stage_conditions(out, size, seed),
+                        *rl_conditions(out, plan.arms, plan.seeds, size.rl_rollouts, size.rl_prompts)]
+    try:
+        sweep.check_plan(whole, eval_settings(size), "a demo folder holds one recipe per run: use a new --output-dir")
+    except sweep.SweepError as exc:
+        raise DemoError(str(exc)) from None
+    started = [cond.run_dir for cond in whole.conditions if RunFolder(cond.run_dir).state() != "new"]
+    if started and not resume:
+        raise DemoError(f"{started[0]} is not empty; use --resume or a new --output-dir")
+    return whole
 
 
 def eval_settings(size: DemoSize) -> dict:
@@ -407,8 +414,9 @@ def eval_settings(size: DemoSize) -> dict:
 
 def demo_runner(timings: Timings) -> sweep.Runner:
     """The sweep's runner for the demo: each command echoed (training bars included) and logged, on
-    its ``--jobs`` slot's thread count, its wall time recorded in ``timings.json`` under the log's
-    name (``grpo-seed42.train``, ...)."""
+    its slot's thread count (the stages' two, a ``--jobs`` slot's one), its wall time recorded in
+    ``timings.json`` under the log's name (``grpo-seed42.train``, ``sft.eval``, ...), a stage's under its
+    own (``pretrain``, ``sft``: logs ``train_pretrain``, ``train_sft``)."""
 
     def run(args: list[str], log: Path, devices: str | None = None) -> int:
         _log("$ minimind-trl " + " ".join(args))
@@ -416,7 +424,7 @@ def demo_runner(timings: Timings) -> sweep.Runner:
         rc = run_cli(args, log, append=False, header=False, echo=True,
                      env=None if devices is None else sweep.slot_env(devices))
         if rc == 0:
-            timings.record(Path(log).stem, time.time() - started)
+            timings.record(Path(log).stem.removeprefix(STAGE_LOG), time.time() - started)
         return rc
 
     return run
@@ -468,7 +476,7 @@ class Plan:
         """Each stage's wall seconds on the reference machine (2 idle cores), from
         :data:`REFERENCE_SECONDS`: RL runs and evaluations share the ``jobs`` slots."""
         ref = REFERENCE_SECONDS
-        runs = [RL_RUN_SECONDS[arm.recipe] for _ in self.seeds for arm in self.arms]  # rl_plan's order
+        runs = [RL_RUN_SECONDS[arm.recipe] for _ in self.seeds for arm in self.arms]  # rl_conditions' order
         evals = math.ceil((self.runs + 1) / self.jobs)
         return {"pretrain": ref["pretrain"], "sft": ref["sft"], "rl": slots_makespan(runs, self.jobs),
                 "eval": evals * ref["eval"], "summary": ref["summary"]}
@@ -560,15 +568,6 @@ class Timings:
         write_json_atomic(self.path, self.data)
 
 
-def _timed(timings: Timings, stage: str, work):
-    """Run ``work()``; record its wall time unless the stage was already done (skipped on resume)."""
-    started = time.time()
-    result, ran = work()
-    if ran:
-        timings.record(stage, time.time() - started)
-    return result
-
-
 def run_demo(out: Path, plan: Plan, seed: int = 42, resume: bool = False) -> Path:
     """Run every stage of ``plan`` into ``out``; returns the path of ``summary.md``."""
     try:  # never the root or home folder, under a file, or a run, split, eval or sweep folder
@@ -580,7 +579,7 @@ def run_demo(out: Path, plan: Plan, seed: int = 42, resume: bool = False) -> Pat
         return _run_stages(out, plan, seed, resume)
 
 
-def _check_plan(timings: Timings, plan: Plan) -> None:
+def _check_recorded_plan(timings: Timings, plan: Plan) -> None:
     """A resumed demo runs the plan it started with: the arms, seeds and size are recorded in
     ``timings.json``; another plan (other ``--seeds``, ``--ablation``, ``--quick``) is refused."""
     asked = {"experiment": plan.experiment.name, "arms": [a.name for a in plan.arms], "seeds": plan.seeds}
@@ -593,45 +592,34 @@ def _check_plan(timings: Timings, plan: Plan) -> None:
 
 
 def _run_stages(out: Path, plan: Plan, seed: int, resume: bool) -> Path:
-    """:func:`run_demo`'s stages, with the demo folder locked."""
+    """:func:`run_demo`'s stages, with the demo folder locked: the whole plan is checked first
+    (:func:`sweep_plan`), then the data and tokenizer are made and the sweep's driver runs the rest."""
     started = time.time()
     size = plan.size
     timings = Timings(out)
-    _check_plan(timings, plan)
+    _check_recorded_plan(timings, plan)
     print(plan.describe(), flush=True)
-    splits = stage_data(out, size, seed, resume)
-    tokenizer = stage_tokenizer(out, resume)
-
-    def train(name: str, recipe: str, overrides: list[str]):
-        def work():
-            done = _training_done(out / "runs" / name) and resume
-            return stage_train(out, name, RECIPE_DIR / recipe, overrides, resume), not done
-        final = _timed(timings, name, work)
-        _log(f"{name} done ({time.time() - started:.0f} s so far)")
-        return final
-
-    pretrained = train("pretrain", "pretrain.yaml", pretrain_overrides(out / "data", tokenizer, size, seed))
-    sft = train("sft", "sft.yaml", sft_overrides(out / "data", pretrained, tokenizer, size, seed))
-    if not plan.quick:
-        _project(timings, plan)
-    rl = rl_plan(out, sft, splits, tokenizer, plan.arms, plan.seeds, size.rl_rollouts, size.rl_prompts, resume)
+    whole = sweep_plan(out, plan, seed, resume)
+    stage_data(out, size, seed, resume)
+    stage_tokenizer(out, resume)
     ablation = {name for name, _ in ABLATION_CELLS} <= {arm.name for arm in plan.arms}
     try:
-        failed, outputs = sweep.drive(rl, eval_settings(size), demo_runner(timings),
+        failed, outputs = sweep.drive(whole, eval_settings(size), demo_runner(timings),
                                       sweep.cpu_slots(plan.jobs, cores=plan.jobs),
-                                      interaction=INTERACTION if ablation else None)
+                                      interaction=INTERACTION if ablation else None, stage_slot=STAGE_SLOT,
+                                      after_stages=None if plan.quick else lambda: _project(timings, plan))
     except sweep.SweepError as exc:
         raise DemoError(str(exc)) from None
     if failed:
-        bad = [f"{c.label} ({c.log or c.eval_dir})" for c in rl.conditions if c.action in ("failed", "stopped")
+        bad = [f"{c.label} ({c.log or c.eval_dir})" for c in whole.conditions if c.action in ("failed", "stopped")
                or c.eval_action == "failed"]
-        raise DemoError(f"the RL stage did not finish: {', '.join(bad) or outputs.get('failed', 'the baseline eval')}; "
-                        f"logs in {rl.logs_dir}")
-    summary_dir = Path(rl.summary_dir)
+        raise DemoError(f"the demo did not finish: {', '.join(bad) or outputs.get('failed', 'the baseline eval')}; "
+                        f"logs in {whole.logs_dir}")
+    summary_dir = Path(whole.summary_dir)
     # A resumed demo's total counts the recorded stages it skipped (not the data and tokenizer, ~20 s).
     timings.data["total_s"] = round(max(time.time() - started, timings.recorded_seconds()), 1)
     timings.save()
-    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {rl.plots_dir}; "
+    _log(f"done in {time.time() - started:.0f} s; summary: {summary_dir / 'summary.md'}; plots: {whole.plots_dir}; "
          f"stage times: {timings.path}")
     return summary_dir / "summary.md"
 

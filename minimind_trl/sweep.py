@@ -54,17 +54,25 @@ manifest but no completed status (killed or interrupted) is resumed with ``--res
 newest checkpoint; one that stopped on a non-finite value is reported and left alone. A run folder
 is reused only if its manifest's ``recipe_sha256`` equals the recipe the sweep would run now (same
 recipe file, data, checkpoint, seed and ``--set`` values); otherwise the sweep refuses before
-running anything. That rule is :meth:`~minimind_trl.run_folder.RunFolder.reuse_action`, which the
-demo follows too. A non-empty run folder without a manifest is refused too, unless it holds only
-what ``train`` writes before its manifest (``initial_model/``), which is removed. Eval folders are
-built by ``eval`` in ``.staging-<name>/`` and committed whole (:mod:`minimind_trl.eval.folder`); a
-finished one is reused only if it evaluated the same weights (SHA-256) with the same decoding
-settings. Run and eval folders are read through :class:`~minimind_trl.run_folder.RunFolder`
-and :class:`~minimind_trl.eval.folder.EvalFolder`; every command runs through
-:func:`minimind_trl.subprocess_runner.run_cli`. Summary and plots are derived
-files and are rewritten every time. ``--conditions`` limits what is trained and evaluated; the
-summary still includes the protocol's other conditions already evaluated in OUT for these seeds,
-when their run matches the recipe the sweep would run (same checks as above).
+running anything. That rule is :meth:`~minimind_trl.run_folder.RunFolder.reuse_action`. A non-empty
+run folder without a manifest is refused too, unless it holds only what ``train`` writes before its
+manifest (``initial_model/``), which is removed. Eval folders are built by ``eval`` in
+``.staging-<name>/`` and committed whole (:mod:`minimind_trl.eval.folder`); a finished one is reused
+only if it evaluated the same weights (SHA-256) with the same decoding settings. Run and eval
+folders are read through :class:`~minimind_trl.run_folder.RunFolder` and
+:class:`~minimind_trl.eval.folder.EvalFolder`; every command runs through
+:func:`minimind_trl.subprocess_runner.run_cli`. Summary and plots are derived files and are
+rewritten every time. ``--conditions`` limits what is trained and evaluated; the summary still
+includes the protocol's other conditions already evaluated in OUT for these seeds, when their run
+matches the recipe the sweep would run (same checks as above).
+
+One planner and one driver serve the sweep and the demo: :func:`check_plan` decides every
+condition's action and makes every refusal above before anything runs, and :func:`drive` runs the
+plan. A plan may hold *stages*, conditions with no seed that the others start from (the demo's
+pretraining and SFT; ``Condition.after`` names the stage, ``Plan.baseline_after`` the one that makes
+the start): stages train first, one after another, and what follows a stage that did not complete is
+not trained; a finished run made from a stage that will train again, and anything after a stage that
+stopped on a non-finite value, are refused with the rest.
 
 ``--dry-run`` runs nothing: per condition it prints the action, the exact ``minimind-trl train``
 command and the resolved recipe keys that differ from the protocol's first condition, then the
@@ -142,25 +150,33 @@ class SweepError(RuntimeError):
 
 @dataclass
 class Condition:
-    """One (condition, seed) of the sweep and what happened to it."""
+    """One (condition, seed) of the sweep and what happened to it.
+
+    A condition with no seed is a *stage* (the demo's pretraining and SFT): it runs once, before the
+    seeded conditions, on its own slot; its ``--set`` items are all its own (it does not start from
+    the plan's ``sft``), its label is its name, and it has no evaluation of its own (``eval_dir``
+    empty). ``after`` names the stage whose ``final/`` a condition starts from: it trains only once
+    that stage completed, and the planner (:func:`check_plan`) refuses to reuse its run when that
+    stage will train again."""
 
     name: str
-    seed: int
+    seed: int | None
     recipe: str
     run_dir: str
     eval_dir: str
     overrides: list[str] = field(default_factory=list)  # this condition's own --set items, after the plan's
+    after: str = ""  # label of the stage it starts from (the demo: SFT after pretraining, RL runs after SFT)
     recipe_sha256: str = ""
-    action: str = ""  # train | resume | skip | stopped | failed; other | stale (outside --conditions)
+    action: str = ""  # train | resume | skip | stopped | failed | blocked; other | stale (outside --conditions)
     rc: int | None = None
     seconds: float | None = None
     eval_action: str = ""  # eval | skip | failed | none
     eval_rc: int | None = None
-    log: str = ""
+    log: str = ""  # the train command's log: logs/<label>.train.log unless the plan names one
 
     @property
     def label(self) -> str:
-        return f"{self.name}-seed{self.seed}"
+        return self.name if self.seed is None else f"{self.name}-seed{self.seed}"
 
 
 @dataclass
@@ -177,6 +193,7 @@ class Plan:
     overrides: list[str]  # --set items of every condition
     conditions: list[Condition] = field(default_factory=list)  # every condition x seed of the protocol
     baseline_eval: str = ""  # OUT/eval/<protocol>/sft
+    baseline_after: str = ""  # label of the stage that trains ``sft`` (the demo's); empty: ``sft`` is given
     summary_dir: str = ""  # OUT/summary/<protocol>
     plots_dir: str = ""  # OUT/plots/<protocol>
     logs_dir: str = ""  # OUT/logs/<protocol>
@@ -433,7 +450,10 @@ def sweep_overrides(data: str, sft: str, seed: int, user: list[str]) -> list[str
 
 
 def condition_overrides(plan: Plan, cond: Condition) -> list[str]:
-    """Every ``--set`` item of ``cond``'s train command: the sweep's (:func:`sweep_overrides`), then its own."""
+    """Every ``--set`` item of ``cond``'s train command: the sweep's (:func:`sweep_overrides`), then its own;
+    a stage's (no seed) are all its own."""
+    if cond.seed is None:
+        return list(cond.overrides)
     return [*sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides), *cond.overrides]
 
 
@@ -448,11 +468,8 @@ def run_state(run_dir: Path) -> str:
 
 
 def plan_sweep(args: argparse.Namespace) -> Plan:
-    """Resolve everything and check every run folder before anything runs; raises SweepError.
-
-    Conditions outside ``--conditions`` are planned as ``other``: never trained or evaluated, but
-    their finished evaluations go into the summary when their run matches the recipe (else
-    ``stale``, left out)."""
+    """Resolve everything and check every run folder before anything runs (:func:`check_plan`); raises
+    SweepError. Conditions outside ``--conditions`` are never trained or evaluated."""
     name, folder, everything = resolve_conditions(args.protocol, args.recipes, None)
     selected = {c for c, _ in resolve_conditions(args.protocol, args.recipes, args.conditions)[2]}
     data, sft, out = (str(Path(p).resolve()) for p in (args.data, args.sft, args.output_dir))
@@ -466,42 +483,99 @@ def plan_sweep(args: argparse.Namespace) -> Plan:
     plan = Plan(protocol=name, recipes_dir=str(folder), data=data, sft=sft, out=out, seeds=list(args.seeds),
                 overrides=list(args.overrides), baseline_eval=str(Path(out, "eval", label, BASELINE)),
                 summary_dir=str(Path(out, "summary", label)), plots_dir=str(Path(out, "plots", label)))
-    settings = eval_settings(args)
-    problems = []
     for seed in args.seeds:
         for condition, recipe_path in everything:
-            cond = Condition(name=condition, seed=seed, recipe=str(recipe_path.resolve()),
-                             run_dir=str(Path(out, "runs", name, f"{condition}-seed{seed}")),
-                             eval_dir=str(Path(out, "eval", label, f"{condition}-seed{seed}")))
-            action, conflict = reuse_action(plan, cond)
-            if condition not in selected:
-                cond.action = "other" if action == "skip" else "stale"
-                if cond.action == "other":
-                    try:
-                        eval_done(Path(cond.eval_dir), RunFolder(cond.run_dir).final_dir, settings)
-                    except SweepError:
-                        cond.action = "stale"
-                plan.conditions.append(cond)
-                continue
-            if action is None:
-                problems.append(f"{conflict}; use another --output-dir (or the same --set values)")
-                continue
-            cond.action = action
-            plan.conditions.append(cond)
-    checks = [(Path(plan.sft), Path(plan.baseline_eval))]
+            plan.conditions.append(Condition(name=condition, seed=seed, recipe=str(recipe_path.resolve()),
+                                             run_dir=str(Path(out, "runs", name, f"{condition}-seed{seed}")),
+                                             eval_dir=str(Path(out, "eval", label, f"{condition}-seed{seed}"))))
+    check_plan(plan, eval_settings(args), "use another --output-dir (or the same --set values)", selected)
+    return plan
+
+
+def check_plan(plan: Plan, settings: dict[str, Any], advice: str, selected: set[str] | None = None) -> None:
+    """The one planner of the sweep and the demo: set every condition's action by the one reuse rule
+    (:func:`reuse_action`), then refuse before anything runs, every problem listed in one SweepError:
+    a run folder that holds another recipe's run or no run (``advice`` says what to do instead), a run
+    that cannot follow its stage (:func:`stage_problems`) and an evaluation folder that is stale or
+    foreign (:func:`eval_problems`).
+
+    Conditions outside ``selected`` (the sweep's ``--conditions``) are planned as ``other``: never
+    trained or evaluated, but their finished evaluations go into the summary when their run matches
+    the recipe (else ``stale``, left out)."""
+    problems = []
     for cond in plan.conditions:
-        if cond.action == "skip":
-            checks.append((RunFolder(cond.run_dir).final_dir, Path(cond.eval_dir)))
-        elif cond.action in ("train", "resume", "stopped") and not EvalFolder(cond.eval_dir).is_empty():
-            problems.append(f"{cond.eval_dir}: an evaluation of a run that is not complete; refusing to reuse it")
-    for checkpoint, eval_dir in checks:
+        action, conflict = reuse_action(plan, cond)
+        if selected is not None and cond.name not in selected:
+            cond.action = _outside_action(cond, action, settings)
+        elif action is None:
+            problems.append(f"{conflict}; {advice}")
+        else:
+            cond.action = action
+    problems += stage_problems(plan) + eval_problems(plan, settings)
+    if problems:
+        raise SweepError("refusing to run:\n  " + "\n  ".join(problems))
+
+
+def _outside_action(cond: Condition, action: str | None, settings: dict[str, Any]) -> str:
+    """``other`` when a condition outside ``--conditions`` completed this recipe and its evaluation is of
+    that run with these settings, else ``stale``."""
+    if action != "skip":
+        return "stale"
+    try:
+        eval_done(Path(cond.eval_dir), RunFolder(cond.run_dir).final_dir, settings)
+    except SweepError:
+        return "stale"
+    return "other"
+
+
+def _stage(plan: Plan, label: str, before: Condition | None = None) -> Condition:
+    """The stage called ``label``, earlier in the plan than ``before``; SweepError when there is none (a
+    plan whose order would train a condition before the run it starts from)."""
+    earlier = plan.conditions[:plan.conditions.index(before)] if before is not None else plan.conditions
+    for cond in earlier:
+        if cond.seed is None and cond.label == label:
+            return cond
+    raise SweepError(f"the plan names {label!r} as a stage to start from, but has no such stage before it")
+
+
+def stage_problems(plan: Plan) -> list[str]:
+    """Runs that cannot follow their stage (``after``): a stage that stopped on a non-finite value (its
+    ``final/`` will never be there; named once), and a run to reuse (``skip``, ``resume``, ``stopped``)
+    made from the ``final/`` of a stage that will train again."""
+    problems, stopped = [], set()
+    for cond in plan.conditions:
+        if not cond.after:
+            continue
+        stage = _stage(plan, cond.after, cond)
+        if stage.action == "stopped" and stage.label not in stopped:
+            stopped.add(stage.label)
+            problems.append(f"{stage.run_dir} stopped on a non-finite value (see its status.json); {cond.label} "
+                            "starts from it: delete it to train again")
+        elif stage.action in ("train", "resume") and cond.action in ("skip", "resume", "stopped"):
+            problems.append(f"{cond.run_dir}: made from the final/ of {stage.label}, which will train again; "
+                            "refusing to reuse it")
+    return problems
+
+
+def eval_problems(plan: Plan, settings: dict[str, Any]) -> list[str]:
+    """Evaluation folders that cannot be reused: one beside a run that is not complete, and one that
+    evaluated other weights or settings (:func:`eval_done`). The baseline's run is the stage
+    ``baseline_after`` when the plan trains ``sft``; a given ``sft`` is complete."""
+    maker = _stage(plan, plan.baseline_after).action if plan.baseline_after else "skip"
+    evals = [(maker, Path(plan.sft), Path(plan.baseline_eval))]
+    evals += [(c.action, RunFolder(c.run_dir).final_dir, Path(c.eval_dir)) for c in plan.conditions if c.eval_dir]
+    problems, finished = [], []
+    for action, checkpoint, eval_dir in evals:
+        if action == "skip":
+            finished.append((checkpoint, eval_dir))
+        elif action in ("train", "resume", "stopped") and not EvalFolder(eval_dir).is_empty():
+            problems.append(f"{eval_dir}: an evaluation of a run that is not complete; refusing to reuse it")
+    for checkpoint, eval_dir in finished:
         try:
             eval_done(eval_dir, checkpoint, settings)
         except SweepError as exc:
             problems.append(str(exc))
-    if problems:
-        raise SweepError("refusing to run:\n  " + "\n  ".join(problems))
-    return plan
+    return problems
 
 
 def reuse_action(plan: Plan, cond: Condition) -> tuple[str | None, str]:
@@ -618,11 +692,11 @@ def train_condition(plan: Plan, cond: Condition, run: Runner, devices: str | Non
         _say(f"{cond.label}: {note} ({cond.run_dir})")
         return
     run_dir = Path(cond.run_dir)
-    if cond.action == "train" and run_dir.is_dir():  # only pre-manifest leftovers (checked by plan_sweep)
+    if cond.action == "train" and run_dir.is_dir():  # only pre-manifest leftovers (checked by check_plan)
         for leftover in run_dir.iterdir():
             shutil.rmtree(leftover, ignore_errors=True)
     args = train_args(plan, cond)
-    log = _log_path(plan, f"{cond.label}.train")
+    log = Path(cond.log) if cond.log else _log_path(plan, f"{cond.label}.train")
     cond.log = str(log)
     where = "" if devices is None else f" on {slot_name(devices)}"
     _say(f"{cond.label}: {'resuming' if cond.action == 'resume' else 'training'}{where} -> {cond.run_dir}")
@@ -690,7 +764,8 @@ def evaluate(plan: Plan, name: str, checkpoint: Path, eval_dir: Path, settings: 
 
 
 def _evaluated(eval_dir: str | Path) -> bool:
-    return EvalFolder(eval_dir).is_complete()
+    """A finished evaluation there (never for a stage, whose ``eval_dir`` is empty)."""
+    return eval_dir != "" and EvalFolder(eval_dir).is_complete()
 
 
 def interaction_specs(plan: Plan, own: dict[str, list[tuple[int, str]]]) -> tuple[list[str], str | None]:
@@ -861,22 +936,17 @@ def _run_plan(plan, settings, args: argparse.Namespace, argv: list[str], started
 
 def drive(plan: Plan, settings: dict[str, Any], run: Runner, slots: list[str] | None = None,
           after_job: Callable[[], None] | None = None, n_resamples: int | None = None,
-          interaction: str | None = None) -> tuple[bool, dict[str, Any]]:
-    """The sweep's driver, which the demo runs too: train every planned condition (action
-    ``train``/``resume``; ``skip`` and ``stopped`` are reported), evaluate the baseline and every
+          interaction: str | None = None, stage_slot: str | None = None,
+          after_stages: Callable[[], None] | None = None) -> tuple[bool, dict[str, Any]]:
+    """The one driver of the sweep and the demo, on a plan :func:`check_plan` accepted: train every
+    planned condition (:func:`train_planned`: stages first, on ``stage_slot``, then ``after_stages()``;
+    action ``train``/``resume``; ``skip`` and ``stopped`` are reported), evaluate the baseline and every
     completed run (:func:`evaluate`: an evaluation of the same weights and settings is reused), then
     :func:`summarize_and_plot`. ``after_job()`` runs after each training and evaluation (the sweep
-    rewrites its record, the demo its timings). Returns (whether anything failed, what was written)."""
+    rewrites its record). Returns (whether anything failed, what was written)."""
     mine = [cond for cond in plan.conditions if cond.action not in ("other", "stale")]
     done = after_job or (lambda: None)
-
-    def train(cond: Condition):
-        def job(devices: str | None) -> None:
-            train_condition(plan, cond, run, devices)
-            done()
-        return job
-
-    in_slots([train(cond) for cond in mine], slots)
+    train_planned(plan, mine, run, slots, done, stage_slot, after_stages)
     baseline: list[str] = []
 
     def evaluate_baseline(devices: str | None) -> None:
@@ -892,12 +962,45 @@ def drive(plan: Plan, settings: dict[str, Any], run: Runner, slots: list[str] | 
 
     trained = [cond for cond in mine if run_state(Path(cond.run_dir)) == "completed"]
     for cond in mine:
-        if cond not in trained:
+        if cond not in trained or not cond.eval_dir:
             cond.eval_action = "none"
-    in_slots([evaluate_baseline, *(evaluate_run(cond) for cond in trained)], slots)
+    jobs = [evaluate_baseline] if _completed(plan, plan.baseline_after) else []
+    in_slots([*jobs, *(evaluate_run(cond) for cond in trained if cond.eval_dir)], slots)
     failed = baseline == ["failed"] or len(trained) < len(mine) or any(c.eval_action == "failed" for c in trained)
     outputs = summarize_and_plot(plan, run, n_resamples, interaction)
     return failed or "failed" in outputs, outputs
+
+
+def train_planned(plan: Plan, conditions: list[Condition], run: Runner, slots: list[str] | None,
+                  done: Callable[[], None], stage_slot: str | None = None,
+                  after_stages: Callable[[], None] | None = None) -> None:
+    """Train ``conditions`` in the order their dependencies ask: the stages one after another on
+    ``stage_slot`` (the demo's pretraining and SFT on the reference machine's two threads), then
+    ``after_stages()`` when every stage completed (the demo's time projection), then the seeded
+    conditions side by side on ``slots`` (:func:`in_slots`). A condition whose stage (``after``) did
+    not complete is not trained (``blocked``)."""
+
+    def train(cond: Condition):
+        def job(devices: str | None) -> None:
+            if _completed(plan, cond.after):
+                train_condition(plan, cond, run, devices)
+            else:
+                cond.action = "blocked"
+                _say(f"{cond.label}: not trained: {cond.after} did not complete")
+            done()
+        return job
+
+    stages = [cond for cond in conditions if cond.seed is None]
+    for cond in stages:
+        train(cond)(stage_slot)
+    if after_stages is not None and all(_completed(plan, cond.label) for cond in stages):
+        after_stages()
+    in_slots([train(cond) for cond in conditions if cond.seed is not None], slots)
+
+
+def _completed(plan: Plan, stage: str) -> bool:
+    """True when ``stage`` is empty (nothing to wait for) or names a stage whose run completed."""
+    return not stage or run_state(Path(_stage(plan, stage).run_dir)) == "completed"
 
 
 def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:

@@ -72,6 +72,32 @@ def evaluate(out: Path, name: str, checkpoint: Path, splits: Path, split: str, l
     return eval_dir
 
 
+def train_cell(demo_dir: Path, out: Path, name: str, items: list[str], seed: int, split: str) -> str:
+    """Train cell ``name`` into ``out/runs/NAME`` (log ``out/logs/train_NAME.log``) as a condition of
+    the sweep's planner: ``recipes/demo/rl.yaml`` from the demo's SFT start, on its data and tokenizer,
+    with ``items`` last. A finished run of the same recipe is reused, one of another refused, and so is
+    an evaluation folder of other weights; it trains on the demo's stage slot (two threads). Returns
+    the planned action (``skip``: trained earlier)."""
+    plan = sweep.Plan(protocol="rl_search", recipes_dir=str(demo.RECIPE_DIR), data=str(demo_dir / demo.SPLITS),
+                      sft=str(demo_dir / "runs" / demo.SFT / "final"), out=str(out), seeds=[seed],
+                      overrides=[f"tokenizer.path={demo_dir / demo.TOKENIZER}"],
+                      baseline_eval=str(out / "eval" / f"sft_{split}"), logs_dir=str(out / "logs"))
+    cell = sweep.Condition(name=name, seed=seed, recipe=str(demo.RECIPE_DIR / "rl.yaml"),
+                           run_dir=str(out / "runs" / name), eval_dir=str(out / "eval" / f"{name}_{split}"),
+                           overrides=items, log=str(out / "logs" / f"train_{name}.log"))
+    plan.conditions = [cell]
+    settings = {**demo.eval_settings(demo.SIZES["full"]), "split": split}
+    try:
+        sweep.check_plan(plan, settings, "use another --output-dir or cell name")
+    except sweep.SweepError as exc:
+        raise SystemExit(f"demo_rl_search.py: {exc}") from None
+    action = cell.action
+    sweep.train_condition(plan, cell, sweep.subprocess_runner(), demo.STAGE_SLOT)
+    if cell.action in ("failed", "stopped"):
+        raise SystemExit(f"demo_rl_search.py: training {name} did not complete; see {cell.log}")
+    return action
+
+
 def hard_split(out: Path, sft: Path, splits: Path, pool: int) -> Path:
     """``out/hard_split``: the first ``pool`` training questions that the SFT start fails (greedy)."""
     folder = out / "hard_split"
@@ -111,12 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, items in args.cell:
         run_dir = out / "runs" / name
         started = time.time()
-        trained = demo._training_done(run_dir)
-        overrides = [f"model.path={sft}", f"data.path={splits}", f"tokenizer.path={tokenizer}",
-                     f"seed={args.seed}", *items]
-        final = demo.stage_train(out, name, demo.RECIPE_DIR / "rl.yaml", overrides, resume=True)
+        trained = train_cell(demo_dir, out, name, items, args.seed, args.split) == "skip"
         train_s = None if trained else round(time.time() - started, 1)
-        values = _successes(evaluate(out, f"{name}_{args.split}", final, splits, args.split))
+        values = _successes(evaluate(out, f"{name}_{args.split}", run_dir / "final", splits, args.split))
         ci = paired_difference_ci(values, base)
         reward = _quarters(run_dir, REWARD_MEAN)
         sampled = _quarters(run_dir, reward_func_mean_key("success_reward"))

@@ -1,6 +1,8 @@
 """The README's main command: `minimind-trl demo` (here in its --quick size) runs the whole chain."""
 
+import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -53,7 +55,7 @@ def test_quick_demo_runs_every_stage_and_resumes(tmp_path, capsys):
     # A rerun with --resume finds every stage done and trains nothing again.
     assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 0
     log = capsys.readouterr().out
-    assert "already trained with this recipe, skipping" in log and "$ minimind-trl train" not in log
+    assert f"pretrain: completed earlier ({out / 'runs' / 'pretrain'})" in log and "$ minimind-trl train" not in log
     assert f"grpo-seed42: completed earlier ({out / 'runs' / 'grpo-seed42'})" in log  # the sweep's driver
     assert "grpo-seed42: evaluated earlier" in log and "$ minimind-trl eval" not in log
     timings = json.loads((out / demo.TIMINGS_FILE).read_text())
@@ -71,41 +73,41 @@ def test_demo_refuses_a_used_output_folder(tmp_path, capsys):
 
 
 def test_ablation_trains_the_two_cells_and_asks_for_the_interaction(tmp_path, monkeypatch):
-    """The RL stage is the sweep's driver on a plan the demo names: with --ablation it holds the
-    2x2's two extra cells for every seed, and asks the driver for the interaction; RL runs and
-    evaluations go to --jobs CPU slots of one thread each."""
-    trained, driven = [], []
+    """The demo is one plan of the sweep's planner and driver: pretraining and SFT are its stages (on
+    two threads, the projection after them), and with --ablation the RL conditions hold the 2x2's two
+    extra cells for every seed and ask the driver for the interaction; RL runs and evaluations go to
+    --jobs CPU slots of one thread each."""
+    driven = []
 
-    def fake_train(out, name, recipe, overrides, resume):
-        trained.append(name)
-        return out / "runs" / name / "final"
-
-    def fake_drive(plan, settings, run, slots=None, after_job=None, n_resamples=None, interaction=None):
-        driven.append((plan, settings, slots, interaction))
+    def fake_drive(plan, settings, run, slots=None, after_job=None, n_resamples=None, interaction=None,
+                   stage_slot=None, after_stages=None):
+        driven.append((plan, settings, slots, interaction, stage_slot))
         return False, {"summary": str(Path(plan.summary_dir) / "summary.md")}
 
-    monkeypatch.setattr(demo, "stage_data", lambda out, size, seed, resume: out / "data" / "splits")
-    monkeypatch.setattr(demo, "stage_tokenizer", lambda out, resume: out / "tokenizer")
-    monkeypatch.setattr(demo, "stage_train", fake_train)
+    monkeypatch.setattr(demo, "stage_data", lambda out, size, seed, resume: None)
+    monkeypatch.setattr(demo, "stage_tokenizer", lambda out, resume: None)
     monkeypatch.setattr(demo.sweep, "drive", fake_drive)
     out = tmp_path / "demo"
     plan = demo.make_plan(quick=True, seed=7, ablation=True)
     assert demo.run_demo(out, plan, seed=7) == out / "summary" / "summary.md"
-    assert trained == ["pretrain", "sft"]
-    [(rl, settings, slots, interaction)] = driven
-    assert slots == ["cpu:0:1", "cpu:1:1"]
+    [(whole, settings, slots, interaction, stage_slot)] = driven
+    assert slots == ["cpu:0:1", "cpu:1:1"] and stage_slot == "cpu:0:2"
+    pretrain, sft, *rl = whole.conditions
+    assert [(c.label, c.seed, c.after) for c in (pretrain, sft)] == [("pretrain", None, ""), ("sft", None, "pretrain")]
+    assert "seed=7" in pretrain.overrides and f"model.path={out / 'runs' / 'pretrain' / 'final'}" in sft.overrides
     arms = ("grpo", "cispo", "dr_grpo", "gspo", "zscore_fixedL", "center_seqmean")
-    assert [c.label for c in rl.conditions] == [f"{c}-seed{s}" for s in (7, 8) for c in arms]
-    assert {c.action for c in rl.conditions} == {"train"}
-    assert {Path(c.recipe).name for c in rl.conditions} == {"rl_replay.yaml"}  # the cells replay as the arms do
-    by_label = {c.label: c for c in rl.conditions}
+    assert [c.label for c in rl] == [f"{c}-seed{s}" for s in (7, 8) for c in arms]
+    assert {c.action for c in whole.conditions} == {"train"} and {c.after for c in rl} == {"sft"}
+    assert {Path(c.recipe).name for c in rl} == {"rl_replay.yaml"}  # the cells replay as the arms do
+    by_label = {c.label: c for c in rl}
     assert {"objective.preset=dr_grpo", "objective.advantage=zscore"} <= set(by_label["zscore_fixedL-seed8"].overrides)
     assert {"objective.preset=grpo", "objective.advantage=center"} <= set(by_label["center_seqmean-seed7"].overrides)
     assert not any(o.startswith("objective.advantage") for o in by_label["grpo-seed7"].overrides)
     assert by_label["grpo-seed7"].run_dir == str(out / "runs" / "grpo-seed7")
     assert by_label["grpo-seed7"].eval_dir == str(out / "eval" / "grpo-seed7")
-    assert (rl.sft, rl.data) == (str(out / "runs" / "sft" / "final"), str(out / "data" / "splits"))
-    assert (rl.baseline_eval, rl.summary_dir, rl.plots_dir) == (
+    assert (whole.sft, whole.data, whole.baseline_after) == (
+        str(out / "runs" / "sft" / "final"), str(out / "data" / "splits"), "sft")
+    assert (whole.baseline_eval, whole.summary_dir, whole.plots_dir) == (
         str(out / "eval" / "sft"), str(out / "summary"), str(out / "plots"))
     cells = dict(item.split("=") for item in interaction.split(","))
     assert cells == {"zscore_seqmean": "grpo", "zscore_fixedL": "zscore_fixedL", "center_seqmean": "center_seqmean",
@@ -173,10 +175,11 @@ def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_pat
     shape = demo.rl_recipe()
     assert shape.rollouts * shape.updates_per_rollout == recipe["training"]["max_steps"]
     assert shape.updates_per_rollout == recipe["training"]["num_iterations"]
-    sft, splits, tok = tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
+    out = tmp_path / "demo"
+    sft, splits, tok = out / "runs" / "sft" / "final", out / "data" / "splits", out / "tokenizer"
     arm = demo.Arm("dr_grpo", ("objective.preset=dr_grpo",))
-    plan = demo.rl_plan(tmp_path / "demo", sft, splits, tok, (arm,), [43])
-    [cond] = plan.conditions
+    plan = demo.sweep_plan(out, demo.Plan(demo.K1, demo.SIZES["full"], (arm,), [43], jobs=2))
+    [cond] = [c for c in plan.conditions if c.seed is not None]
     assert cond.overrides == ["objective.preset=dr_grpo"]
     five = [f"model.path={sft}", f"data.path={splits}", f"tokenizer.path={tok}", "objective.preset=dr_grpo", "seed=43"]
     assert cond.recipe_sha256 == recipe_sha256(load_recipe(recipe_file, five))
@@ -188,23 +191,89 @@ def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_pat
     assert resolved["rollout"]["prompts_per_rollout"] == 4
 
 
+def _one_arm_plan(rollouts: int | None = None) -> demo.Plan:
+    """A full-size plan of one GRPO arm on rl.yaml and seed 42 (``rollouts`` per run: None, the recipe's)."""
+    size = dataclasses.replace(demo.SIZES["full"], rl_rollouts=rollouts)
+    return demo.Plan(demo.K1, size, (demo.Arm("grpo", ("objective.preset=grpo",)),), [42], jobs=2)
+
+
+def _finished(plan: sweep.Plan, label: str) -> RunFolder:
+    """Write a completed run of ``label``'s planned recipe (its hash, status and a final/ with weights)."""
+    [cond] = [c for c in plan.conditions if c.label == label]
+    run = RunFolder(cond.run_dir)
+    resolved = load_recipe(cond.recipe, sweep.condition_overrides(plan, cond))
+    run.final_dir.mkdir(parents=True)
+    (run.final_dir / "config.json").write_text("{}")
+    (run.final_dir / "model.safetensors").write_bytes(label.encode())
+    run.manifest_path.write_text(json.dumps({"recipe_sha256": recipe_sha256(resolved), "recipe": resolved}))
+    run.status_path.write_text(json.dumps({"state": "completed"}))
+    return run
+
+
+def _finished_demo(out: Path, rollouts: int | None = None) -> sweep.Plan:
+    """A demo folder whose pretraining, SFT and one GRPO run completed; returns its plan."""
+    plan = demo.sweep_plan(out, _one_arm_plan(rollouts))
+    for label in ("pretrain", "sft", "grpo-seed42"):
+        _finished(plan, label)
+    return plan
+
+
 def test_a_resumed_demo_reuses_a_finished_run_only_for_the_same_recipe(tmp_path):
     """A completed RL run of another recipe (here: a budget plan's shorter max_steps) is refused on
     --resume, naming the field, instead of being reused as if it were this call's run (the sweep's
     rule, RunFolder.reuse_action)."""
-    out, sft, splits, tok = tmp_path / "demo", tmp_path / "sft", tmp_path / "splits", tmp_path / "tok"
-    table = (demo.Arm("grpo", ("objective.preset=grpo",)),)
-    shorter = demo.rl_plan(out, sft, splits, tok, table, [42], rollouts=3)
-    [cond] = shorter.conditions
-    run = RunFolder(cond.run_dir)
-    resolved = load_recipe(cond.recipe, sweep.condition_overrides(shorter, cond))
-    run.final_dir.mkdir(parents=True)
-    (run.final_dir / "config.json").write_text("{}")
-    run.manifest_path.write_text(json.dumps({"recipe_sha256": recipe_sha256(resolved), "recipe": resolved}))
-    run.status_path.write_text(json.dumps({"state": "completed"}))
-    again = demo.rl_plan(out, sft, splits, tok, table, [42], rollouts=3, resume=True)
-    assert [c.action for c in again.conditions] == ["skip"]
+    out = tmp_path / "demo"
+    _finished_demo(out, rollouts=3)
+    again = demo.sweep_plan(out, _one_arm_plan(rollouts=3), resume=True)
+    assert [c.action for c in again.conditions] == ["skip", "skip", "skip"]
     with pytest.raises(demo.DemoError, match=r"ran a different recipe \(differs in \['training'\]\)"):
-        demo.rl_plan(out, sft, splits, tok, table, [42], resume=True)
+        demo.sweep_plan(out, _one_arm_plan(), resume=True)
     with pytest.raises(demo.DemoError, match="use --resume"):
-        demo.rl_plan(out, sft, splits, tok, table, [42], rollouts=3, resume=False)
+        demo.sweep_plan(out, _one_arm_plan(rollouts=3), resume=False)
+
+
+def test_the_demo_refuses_a_stale_evaluation_before_any_stage_runs(tmp_path, capsys, monkeypatch):
+    """The demo's whole plan goes through the sweep's planner before the data stage: an SFT start's
+    evaluation of other weights, or one beside an SFT that will train, is refused with the sweep's
+    one-line reason, and nothing runs."""
+    monkeypatch.setattr(demo, "stage_data", lambda *args: pytest.fail("a stage ran before the plan was checked"))
+    monkeypatch.setattr(demo.sweep, "drive", lambda *args, **kwargs: pytest.fail("the driver ran"))
+    out = tmp_path / "demo"
+    sft_eval = out / "eval" / "sft"
+
+    def other_weights_evaluated() -> None:
+        sft_eval.mkdir(parents=True)
+        (sft_eval / "eval_manifest.json").write_text(json.dumps({"checkpoint": {"sha256": "0" * 64}}))
+
+    other_weights_evaluated()
+    assert demo.main(["--quick", "--output-dir", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"  {sft_eval}: an evaluation of a run that is not complete; refusing to reuse it\n" in err
+    assert not (out / "data").exists() and not (out / "runs").exists()
+    shutil.rmtree(sft_eval)
+    _finished_demo(out)  # now the SFT start completed: that evaluation is of other weights
+    other_weights_evaluated()
+    with pytest.raises(demo.DemoError) as refused:
+        demo.sweep_plan(out, _one_arm_plan(), resume=True)
+    sft = out / "runs" / "sft" / "final"
+    assert str(refused.value).splitlines() == ["refusing to run:",
+                                               f"  {sft_eval}: evaluated other weights than {sft} (SHA-256 differs)"]
+
+
+def test_a_run_made_from_a_stage_that_trains_again_is_refused(tmp_path):
+    """Dependencies are the planner's: SFT and the RL runs start from the stage before them, so a
+    finished SFT or RL run is not reused when the stage it was made from will train again, and a stage
+    that stopped on a non-finite value refuses what follows it (named once)."""
+    out = tmp_path / "demo"
+    _finished_demo(out)
+    shutil.rmtree(out / "runs" / "pretrain")
+    with pytest.raises(demo.DemoError) as refused:
+        demo.sweep_plan(out, _one_arm_plan(), resume=True)
+    assert str(refused.value).splitlines() == [
+        "refusing to run:", f"  {out / 'runs' / 'sft'}: made from the final/ of pretrain, which will train again; "
+        "refusing to reuse it"]
+    shutil.rmtree(out / "runs")
+    plan = _finished_demo(out)
+    RunFolder(plan.conditions[1].run_dir).status_path.write_text(json.dumps({"state": "stopped"}))
+    with pytest.raises(demo.DemoError, match=r"runs/sft stopped on a non-finite value .*grpo-seed42 starts from it"):
+        demo.sweep_plan(out, _one_arm_plan(), resume=True)

@@ -438,3 +438,78 @@ def test_a_second_split_evaluates_the_same_runs_beside_the_first(setup, tmp_path
         assert manifest["split"]["name"] == "val"
     assert (out / "summary" / "tiny_protocol@val" / "summary.json").is_file()
     assert (out / "eval" / "tiny_protocol" / "grpo-seed42" / "records.jsonl").read_bytes() == test_records
+
+
+def _stage_plan(out: Path) -> sweep.Plan:
+    """Stages ``a`` then ``b`` (no seed; ``b`` starts from ``a`` and is the baseline) and a condition
+    ``c`` (seed 1) after ``b``, as the demo plans pretraining, SFT and an RL run; checked by the planner."""
+    recipe = str(RECIPES / "demo" / "sft.yaml")
+    plan = sweep.Plan(protocol="p", recipes_dir="r", data="d", sft=str(out / "runs" / "b" / "final"), out=str(out),
+                      seeds=[1], overrides=[], baseline_after="b", logs_dir=str(out / "logs"))
+    plan.conditions = [sweep.Condition("a", None, recipe, str(out / "runs" / "a"), ""),
+                       sweep.Condition("b", None, recipe, str(out / "runs" / "b"), "", after="a"),
+                       sweep.Condition("c", 1, recipe, str(out / "runs" / "c-seed1"), str(out / "eval" / "c"),
+                                       after="b")]
+    sweep.check_plan(plan, _STAGE_EVAL, "use another folder")
+    return plan
+
+
+_STAGE_EVAL = {"split": "test", "limit": None, "batch_size": 1, "max_new_tokens": 8, "max_tool_turns": 1,
+               "device": "cpu"}
+
+
+class StageRunner:
+    """Records (command, output folder, slot); ``train`` leaves a completed run unless its folder is
+    in ``failing``, ``eval`` a finished evaluation."""
+
+    def __init__(self, failing: tuple[str, ...] = ()):
+        self.calls: list[tuple[str, str, str | None]] = []
+        self.failing = failing
+
+    def __call__(self, args: list[str], log: Path, devices: str | None = None) -> int:
+        target = Path(args[args.index("--output-dir") + 1]) if "--output-dir" in args else None
+        self.calls.append((args[0], target.name if target else "", devices))
+        if args[0] == "train":
+            if target.name in self.failing:
+                return 1
+            (target / "final").mkdir(parents=True)
+            (target / "final" / "config.json").write_text("{}")
+            (target / "manifest.json").write_text("{}")
+            (target / "status.json").write_text(json.dumps({"state": "completed"}))
+        elif args[0] == "eval":
+            target.mkdir(parents=True)
+            (target / "eval_manifest.json").write_text("{}")
+        return 0
+
+
+def test_stages_train_first_on_their_slot_then_what_follows_them(tmp_path):
+    """The driver keeps the plan's dependencies: the stages one after another on the stage slot, then
+    after_stages(), then the seeded conditions on their slots; the baseline (the stage that makes the
+    start) and each run are evaluated after their run; stages have no evaluation of their own."""
+    plan, runner, projected = _stage_plan(tmp_path / "out"), StageRunner(), []
+    assert [(c.label, c.action) for c in plan.conditions] == [("a", "train"), ("b", "train"), ("c-seed1", "train")]
+    failed, _ = sweep.drive(plan, _STAGE_EVAL, runner, ["cpu:0:1"], stage_slot="cpu:0:2",
+                            after_stages=lambda: projected.append(len(runner.calls)))
+    assert not failed and projected == [2]
+    assert runner.calls == [("train", "a", "cpu:0:2"), ("train", "b", "cpu:0:2"), ("train", "c-seed1", "cpu:0:1"),
+                            ("eval", "sft", "cpu:0:1"), ("eval", "c", "cpu:0:1"), ("summarize", "p", None),
+                            ("plot", "p", None)]
+    assert [c.eval_action for c in plan.conditions] == ["none", "none", "eval"]
+
+
+def test_what_follows_a_failed_stage_is_not_trained(tmp_path):
+    plan, runner, projected = _stage_plan(tmp_path / "out"), StageRunner(failing=("a",)), []
+    failed, outputs = sweep.drive(plan, _STAGE_EVAL, runner, ["cpu:0:1"], stage_slot="cpu:0:2",
+                                  after_stages=lambda: projected.append(True))
+    assert failed and outputs["summary"] is None and projected == []
+    assert runner.calls == [("train", "a", "cpu:0:2")]  # nothing after it, not even the baseline's evaluation
+    assert [c.action for c in plan.conditions] == ["failed", "blocked", "blocked"]
+
+
+def test_the_planner_refuses_a_stage_named_after_its_follower(tmp_path):
+    plan = sweep.Plan(protocol="p", recipes_dir="r", data="d", sft="s", out=str(tmp_path), seeds=[1], overrides=[])
+    recipe = str(RECIPES / "demo" / "sft.yaml")
+    plan.conditions = [sweep.Condition("c", 1, recipe, str(tmp_path / "c"), str(tmp_path / "e"), after="a"),
+                       sweep.Condition("a", None, recipe, str(tmp_path / "a"), "")]
+    with pytest.raises(sweep.SweepError, match="names 'a' as a stage to start from, but has no such stage before it"):
+        sweep.check_plan(plan, _STAGE_EVAL, "use another folder")
