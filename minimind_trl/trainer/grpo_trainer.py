@@ -61,7 +61,7 @@ from minimind_trl.conversation import task_prompt
 from minimind_trl.engine.sampling import Sampling
 from minimind_trl.engine.turns import padded_generate_turns
 from minimind_trl.envs.environment import install_parse_guard
-from minimind_trl.envs.protocol import is_error_observation, prompt_ids_for
+from minimind_trl.envs.protocol import MAX_TOOL_TURNS, is_error_observation, prompt_ids_for
 from minimind_trl.envs.registry import ToolRegistry
 from minimind_trl.envs.rollout import Trajectory, TurnRules, drive
 from minimind_trl.envs.tools import default_registry
@@ -681,6 +681,10 @@ class MiniMindToolGRPOTrainer(MiniMindGRPOTrainer):
                 raise ValueError(f"MiniMindToolGRPOTrainer runs its own rollout_func; {name}= is not accepted "
                                  "(pass tool_registry=)")
         super().__init__(*args, rollout_func=tool_rollout_func, **kwargs)
+        turns = self.args.max_tool_calling_iterations
+        if isinstance(turns, bool) or not isinstance(turns, int) or not 0 <= turns <= MAX_TOOL_TURNS:
+            raise ValueError(f"max_tool_calling_iterations (rollout.max_tool_turns) must be an int in "
+                             f"[0, {MAX_TOOL_TURNS}], got {turns!r}: a tool rollout needs a bound")
         self.tool_registry = default_registry() if tool_registry is None else tool_registry
         install_parse_guard(self._tokenizer)  # TRL parses each completion too; a parser failure is plain text
 

@@ -177,13 +177,19 @@ def make_trainer(tokenizer, registry, tmp_path, make_tiny_model):
     return trainer, seen
 
 
-def test_the_tool_trainer_runs_its_own_rollout(tokenizer, registry, tmp_path, make_tiny_model):
+def test_the_tool_trainer_runs_its_own_bounded_rollout(tokenizer, registry, tmp_path, make_tiny_model):
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}]}])
+
+    def build(args, **extra):
+        return MiniMindToolGRPOTrainer(model=make_tiny_model(), args=args, processing_class=tokenizer,
+                                       train_dataset=rows, **extra,
+                                       reward_funcs=lambda completions, **kw: [0.0] * len(completions))
+
     for name, value in (("environment_factory", make_environment_class(registry)), ("rollout_func", print)):
         with pytest.raises(ValueError, match=f"{name}= is not accepted"):
-            MiniMindToolGRPOTrainer(model=make_tiny_model(), args=grpo_args(tmp_path), processing_class=tokenizer,
-                                    train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "q"}]}]),
-                                    reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                                    **{name: value})
+            build(grpo_args(tmp_path), **{name: value})
+    with pytest.raises(ValueError, match="a tool rollout needs a bound"):  # TRL's None: unbounded
+        build(grpo_args(tmp_path, max_tool_calling_iterations=None))
 
 
 def test_trl_multi_turn_step_masks_records_and_think_openers(tokenizer, registry, tmp_path, make_tiny_model):
