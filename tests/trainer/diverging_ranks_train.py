@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
+from minimind_trl.envs import rollout
 from minimind_trl.tokenization import load_tokenizer
-from minimind_trl.trainer import cli, grpo_trainer
+from minimind_trl.trainer import cli
 
 RANK = int(os.environ.get("RANK", "0"))
 CALL = ('<think>\n\n</think>\n\n<tool_call>\n{"name": "calculate_math", "arguments": {"expression": "2+3"}}'
         '\n</tool_call>')
-_real_generate_turns = grpo_trainer.generate_turns
+_real_generate_turns = rollout.generate_turns
 _tokenizer = load_tokenizer(os.environ.get("DIVERGE_TOKENIZER") or None)
 _call_ids = _tokenizer(CALL, add_special_tokens=False)["input_ids"]
 
@@ -39,7 +40,7 @@ def diverging_generate_turns(model, contexts, budgets, eos_token_ids, *args, **k
     return ids, logps
 
 
-grpo_trainer.generate_turns = diverging_generate_turns
+rollout.generate_turns = diverging_generate_turns  # what the training driver's rounds call
 
 if __name__ == "__main__":
     sys.exit(cli.main(sys.argv[1:]))
