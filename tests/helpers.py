@@ -9,6 +9,7 @@ leaves one row per two groups without any action token.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,6 @@ from pathlib import Path
 import torch
 import yaml
 from datasets import Dataset
-from rollout_helpers import scripted_rows
 from transformers import TrainerCallback
 
 from minimind_trl.envs.tools import default_registry
@@ -157,11 +157,15 @@ def free_tool_trainer(run_dir, engine: str = "minimind", **overrides) -> MiniMin
     """The tool trainer on two unscripted tool-task prompts of the tiny random model (sampled text,
     rarely a tool call): 2 prompts x 4 completions of at most 12 tokens per rollout."""
     registry = default_registry()
+    tools = json.dumps(registry.schemas(["calculate_math"]), ensure_ascii=False)
+    rows = [{"prompt": [{"role": "system", "content": "You are a calculator.", "tools": tools},
+                        {"role": "user", "content": question}], "gt": ["21"], "id": f"q{i}"}
+            for i, question in enumerate(("What is 3*7?", "Compute 20+1."))]
     config = make_config(run_dir, **{"num_iterations": 1, "max_steps": 1, "max_tool_calling_iterations": 1,
                                      "rollout_engine": engine, **overrides})
     return MiniMindToolGRPOTrainer(model=tiny_model().train(), reward_funcs=[text_reward], args=config,
-                                   train_dataset=Dataset.from_list(scripted_rows(registry, ("free", "open"))),
-                                   processing_class=tiny_tokenizer(), tool_registry=registry)
+                                   train_dataset=Dataset.from_list(rows), processing_class=tiny_tokenizer(),
+                                   tool_registry=registry)
 
 
 class GradGrab(TrainerCallback):

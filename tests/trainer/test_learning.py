@@ -41,6 +41,7 @@ from transformers import AutoModelForCausalLM, set_seed
 import minimind_trl.trainer.grpo_trainer as grpo_trainer
 from minimind_trl.conversation import prompt_turns, task_prompt
 from minimind_trl.engine.turns import generate_turns
+from minimind_trl.envs import rollout
 from minimind_trl.envs.protocol import prompt_ids_for
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.metric_names import REWARD_MEAN, ROLLOUT, UPDATE
@@ -185,7 +186,7 @@ def _advantages_of_another_group(monkeypatch, task):
 def _sampler_off_policy(monkeypatch, task):
     """Rollouts sampled from the starting weights whatever the policy has learned."""
     frozen = AutoModelForCausalLM.from_pretrained(task["model"]).eval()
-    monkeypatch.setattr(grpo_trainer, "generate_turns", lambda model, *args, **kwargs: generate_turns(
+    monkeypatch.setattr(rollout, "generate_turns", lambda model, *args, **kwargs: generate_turns(
         frozen, *args, **kwargs))
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 from helpers import (
     GradGrab,
+    free_tool_trainer,
     make_config,
     make_trainer,
     saved_tiny_model,
@@ -132,9 +133,9 @@ def test_update_zero_ratio_is_exactly_one_under_bf16_autocast(tmp_path, prefix_s
     """Old log-probs come from the same micro-batches, padding and autocast as the update, with the
     prefix-shared and the plain pass; sampled rollouts decode with the bf16 copy of the weights
     (their sampler-vs-replay gap is bf16 rounding, not zero)."""
-    trainer = make_trainer(tmp_path, scripted=scripted, max_steps=2, num_iterations=2, bf16=True,
-                           per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                           prefix_sharing=prefix_sharing)
+    settings = dict(max_steps=2, num_iterations=2, bf16=True, per_device_train_batch_size=4,
+                    gradient_accumulation_steps=2, prefix_sharing=prefix_sharing)
+    trainer = make_trainer(tmp_path, **settings) if scripted else free_tool_trainer(tmp_path, **settings)
     trainer.train()
     assert trainer.accelerator.mixed_precision == "bf16"
     first, second = read_metrics(tmp_path / "metrics.jsonl")
