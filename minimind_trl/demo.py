@@ -134,7 +134,7 @@ DEFAULT = Experiment(
     name="replay_four_objectives",
     shows=("the four objectives as four algorithms under replay (K = 4 updates per rollout as 4 minibatches, "
            "recipes/demo/rl_replay.yaml), each against the SFT start on the 600 test questions with two-level "
-           "CIs over 3 RL seeds: on the replay study's start each rose +0.03 to +0.05 (CIs above zero but GSPO's, at "
+           "CIs over 3 RL seeds: on two starts each rose +0.03 to +0.05 (CIs above zero but GSPO's on the first, at "
            "zero), where K = 1 gained about +0.01, not resolved (docs/demo_results.md, replay study 4a)"),
     arms=objective_arms(OBJECTIVES, "rl_replay.yaml"),
     seeds=3,
