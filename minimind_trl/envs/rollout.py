@@ -180,6 +180,15 @@ class _Turns:
         return function["name"], call_as_trl(self.tools, function["name"], function["arguments"])
 
 
+def task_prompt_ids(tokenizer: Any, task: dict, open_thinking: bool,
+                    default_tools: list[dict] | None = None) -> tuple[list[dict] | None, list[int]]:
+    """``(tools, prompt_ids)`` of a task row: the tools on its system message (None when it has
+    none) and its prompt rendered with them, or with ``default_tools`` when it has none (training
+    offers the registry's), plus the generation prompt and the think opener."""
+    messages, tools = task_prompt(task)
+    return tools, prompt_ids_for(tokenizer, messages, tools or default_tools, open_thinking)
+
+
 def _take_turn(traj: Trajectory, context: list[int], ids: list[int], logps: list[float],
                turns: _Turns) -> list[int] | None:
     """Record one model turn (``ids`` generated after ``context``, ``logps`` their sampling
@@ -331,8 +340,7 @@ def rollout(model: Any, tokenizer: Any, tasks: list[dict], registry: ToolRegistr
                          f"[1, {MAX_TURN_TOKENS}] and batch_size, num_samples, decode_slice >= 1")
     trajectories = []
     for t, task in enumerate(tasks):
-        messages, tools = task_prompt(task)
-        prompt = prompt_ids_for(tokenizer, messages, tools, open_thinking)
+        tools, prompt = task_prompt_ids(tokenizer, task, open_thinking)
         trajectories += [Trajectory(task_index=t, sample_index=s, task_id=task.get("id"),
                                     open_thinking=open_thinking, tools=tools, prompt_ids=list(prompt))
                          for s in range(num_samples)]

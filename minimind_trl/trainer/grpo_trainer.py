@@ -57,13 +57,12 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 from trl.trainer.utils import split_tensor_dict
 
-from minimind_trl.conversation import task_prompt
 from minimind_trl.engine.sampling import Sampling
 from minimind_trl.engine.turns import padded_generate_turns
 from minimind_trl.envs.environment import install_parse_guard
-from minimind_trl.envs.protocol import MAX_TOOL_TURNS, is_error_observation, prompt_ids_for
+from minimind_trl.envs.protocol import MAX_TOOL_TURNS, is_error_observation
 from minimind_trl.envs.registry import ToolRegistry
-from minimind_trl.envs.rollout import Trajectory, TurnRules, drive
+from minimind_trl.envs.rollout import Trajectory, TurnRules, drive, task_prompt_ids
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.metric_names import (
     ACTION_TOKENS_MEAN,
@@ -699,12 +698,11 @@ class MiniMindToolGRPOTrainer(MiniMindGRPOTrainer):
         default_thinking = bool(self.chat_template_kwargs.get("open_thinking", False))
         trajectories = []
         for i, (prompt, row) in enumerate(zip(prompts, state.inputs, strict=True)):
-            messages, tools = task_prompt({"conversations": prompt})
             flag = row.get("open_thinking")
             open_thinking = default_thinking if flag is None else bool(flag)
-            trajectories.append(Trajectory(
-                task_index=i, sample_index=0, task_id=row.get("id"), open_thinking=open_thinking, tools=tools,
-                prompt_ids=prompt_ids_for(self._tokenizer, messages, tools or schemas, open_thinking)))
+            tools, prompt_ids = task_prompt_ids(self._tokenizer, {"conversations": prompt}, open_thinking, schemas)
+            trajectories.append(Trajectory(task_index=i, sample_index=0, task_id=row.get("id"),
+                                           open_thinking=open_thinking, tools=tools, prompt_ids=prompt_ids))
         mode = "train" if self.model.training else "eval"
         config = self.generation_config
         sampling = Sampling(do_sample=bool(config.do_sample), temperature=config.temperature or 1.0,
