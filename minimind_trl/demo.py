@@ -114,6 +114,7 @@ class Experiment:
     arms: tuple[Arm, ...]
     seeds: int
     eval_questions: int
+    rollouts: int | None = None  # rollouts per RL run (x K updates each); None: each arm's recipe's
 
 
 OBJECTIVES = ("grpo", "cispo", "dr_grpo", "gspo")
@@ -153,15 +154,15 @@ K1 = Experiment(
 EXPERIMENTS = {experiment.name: experiment for experiment in (DEFAULT, K1)}
 QUICK_SEEDS = 2
 
-# Wall seconds of the stages on the reference machine (2 idle cores; docs/demo_results.md):
-# pretraining and SFT with 2 threads; one evaluation of the 600 test questions, each while a second
-# job runs beside it on the other core (the demo runs them two at a time); summary and plots.
-# eval: 107-140 s per 600 questions at one thread and batch 25 beside another evaluation.
-REFERENCE_SECONDS = {"pretrain": 447.0, "sft": 144.0, "eval": 130.0, "summary": 30.0}
-# One RL run of each demo recipe (process start, 60 rollouts, saving), one thread beside another job.
-# rl.yaml: 60 rollouts x 11.5 s (benchmarks/cpu_speed.py, bf16 one-thread job beside another) + 20 s;
-# rl_replay.yaml: 839-882 s measured for the replay study's 4a runs (four objectives, seed 42).
-RL_RUN_SECONDS = {"rl.yaml": 710.0, "rl_replay.yaml": 870.0}
+# Wall seconds of the stages on the reference machine (2 idle cores), measured by the default demo
+# from nothing in 1:45:04 (docs/demo_results.md, "The default demo, timed on an idle machine"):
+# pretraining and SFT with 2 threads; one evaluation of the 600 test questions (106-143 s, mean 114)
+# while a second runs beside it (the demo runs them two at a time); summary and plots (20 s each).
+REFERENCE_SECONDS = {"pretrain": 371.0, "sft": 117.0, "eval": 114.0, "summary": 40.0}
+# One RL run of each demo recipe at its own rollouts (process start, training, saving), one thread
+# beside another job. rl_replay.yaml (60 rollouts): 812-858 s in that run, mean 829; rl.yaml (60
+# rollouts, K = 1): 60 x 11.5 s (benchmarks/cpu_speed.py, bf16 one-thread job beside another) + 20 s.
+RL_RUN_SECONDS = {"rl.yaml": 710.0, "rl_replay.yaml": 829.0}
 
 
 @dataclass(frozen=True)
@@ -394,7 +395,7 @@ def sweep_plan(out: Path, plan: Plan, seed: int = 42, resume: bool = False) -> s
                        baseline_eval=str(out / "eval" / sweep.BASELINE), summary_dir=str(out / "summary"),
                        plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
     whole.conditions = [*stage_conditions(out, size, seed),
-                        *rl_conditions(out, plan.arms, plan.seeds, size.rl_rollouts, size.rl_prompts)]
+                        *rl_conditions(out, plan.arms, plan.seeds, plan.rollouts, size.rl_prompts)]
     try:
         sweep.check_plan(whole, eval_settings(size), "a demo folder holds one recipe per run: use a new --output-dir")
     except sweep.SweepError as exc:
@@ -472,11 +473,20 @@ class Plan:
     def runs(self) -> int:
         return len(self.arms) * len(self.seeds)
 
+    @property
+    def rollouts(self) -> int | None:
+        """Rollouts per RL run: the size's (``--quick``), else the experiment's, else None (each recipe's)."""
+        return self.size.rl_rollouts if self.size.rl_rollouts is not None else self.experiment.rollouts
+
+    def arm_rollouts(self, arm: Arm) -> int:
+        return rl_recipe(arm.recipe).rollouts if self.rollouts is None else self.rollouts
+
     def reference_seconds(self) -> dict[str, float]:
         """Each stage's wall seconds on the reference machine (2 idle cores), from
         :data:`REFERENCE_SECONDS`: RL runs and evaluations share the ``jobs`` slots."""
         ref = REFERENCE_SECONDS
-        runs = [RL_RUN_SECONDS[arm.recipe] for _ in self.seeds for arm in self.arms]  # rl_conditions' order
+        runs = [RL_RUN_SECONDS[arm.recipe] * self.arm_rollouts(arm) / rl_recipe(arm.recipe).rollouts
+                for _ in self.seeds for arm in self.arms]  # rl_conditions' order; time scales with rollouts
         evals = math.ceil((self.runs + 1) / self.jobs)
         return {"pretrain": ref["pretrain"], "sft": ref["sft"], "rl": slots_makespan(runs, self.jobs),
                 "eval": evals * ref["eval"], "summary": ref["summary"]}
@@ -499,7 +509,7 @@ class Plan:
         width = max(len(arm.name) for arm in self.arms)
         for arm in self.arms:
             recipe = rl_recipe(arm.recipe)
-            rollouts = recipe.rollouts if size.rl_rollouts is None else size.rl_rollouts
+            rollouts = self.arm_rollouts(arm)
             prompts = recipe.prompts if size.rl_prompts is None else size.rl_prompts
             lines.append(f"       {arm.name:<{width}}  recipes/demo/{arm.recipe} {' '.join(arm.overrides)}: "
                          f"K = {recipe.updates_per_rollout} ({_count(recipe.passes, 'pass', 'passes')} x "

@@ -222,7 +222,7 @@ CONTRACT: tuple[TouchPoint, ...] = (
       "(output_dir: str, save_total_limit: int | None = None, best_model_checkpoint: str | None = None, "
       "use_mtime: bool = False, checkpoint_prefix: str = 'checkpoint') -> None", CHECKPOINTS,
       "rotate after the atomic commit"),
-    # -- ToolEnvironmentMixin (mixed into MiniMindToolGRPOTrainer) ---------------------------------
+    # -- the tool environment: ParseGuard around the tokenizer's response parser ----------------------
     T("transformers.PreTrainedTokenizerBase", "parse_response", REPLACED,
       "(self, response: 'str | list[int] | list[str] | list[list[int]] | np.ndarray | torch.Tensor', "
       "schema: 'dict | None' = None, *, prefix: 'str | list[int] | list[str] | list[list[int]] | np.ndarray | "
