@@ -114,7 +114,6 @@ class Experiment:
     arms: tuple[Arm, ...]
     seeds: int
     eval_questions: int
-    rollouts: int | None = None  # rollouts per RL run (x K updates each); None: each arm's recipe's
 
 
 OBJECTIVES = ("grpo", "cispo", "dr_grpo", "gspo")
@@ -159,7 +158,7 @@ QUICK_SEEDS = 2
 # pretraining and SFT with 2 threads; one evaluation of the 600 test questions (106-143 s, mean 114)
 # while a second runs beside it (the demo runs them two at a time); summary and plots (20 s each).
 REFERENCE_SECONDS = {"pretrain": 371.0, "sft": 117.0, "eval": 114.0, "summary": 40.0}
-# One RL run of each demo recipe at its own rollouts (process start, training, saving), one thread
+# One RL run of each demo recipe (process start, its 60 rollouts, saving), one thread
 # beside another job. rl_replay.yaml (60 rollouts): 812-858 s in that run, mean 829; rl.yaml (60
 # rollouts, K = 1): 60 x 11.5 s (benchmarks/cpu_speed.py, bf16 one-thread job beside another) + 20 s.
 RL_RUN_SECONDS = {"rl.yaml": 710.0, "rl_replay.yaml": 829.0}
@@ -395,7 +394,7 @@ def sweep_plan(out: Path, plan: Plan, seed: int = 42, resume: bool = False) -> s
                        baseline_eval=str(out / "eval" / sweep.BASELINE), summary_dir=str(out / "summary"),
                        plots_dir=str(out / "plots"), logs_dir=str(out / "logs"))
     whole.conditions = [*stage_conditions(out, size, seed),
-                        *rl_conditions(out, plan.arms, plan.seeds, plan.rollouts, size.rl_prompts)]
+                        *rl_conditions(out, plan.arms, plan.seeds, size.rl_rollouts, size.rl_prompts)]
     try:
         sweep.check_plan(whole, eval_settings(size), "a demo folder holds one recipe per run: use a new --output-dir")
     except sweep.SweepError as exc:
@@ -473,20 +472,11 @@ class Plan:
     def runs(self) -> int:
         return len(self.arms) * len(self.seeds)
 
-    @property
-    def rollouts(self) -> int | None:
-        """Rollouts per RL run: the size's (``--quick``), else the experiment's, else None (each recipe's)."""
-        return self.size.rl_rollouts if self.size.rl_rollouts is not None else self.experiment.rollouts
-
-    def arm_rollouts(self, arm: Arm) -> int:
-        return rl_recipe(arm.recipe).rollouts if self.rollouts is None else self.rollouts
-
     def reference_seconds(self) -> dict[str, float]:
         """Each stage's wall seconds on the reference machine (2 idle cores), from
         :data:`REFERENCE_SECONDS`: RL runs and evaluations share the ``jobs`` slots."""
         ref = REFERENCE_SECONDS
-        runs = [RL_RUN_SECONDS[arm.recipe] * self.arm_rollouts(arm) / rl_recipe(arm.recipe).rollouts
-                for _ in self.seeds for arm in self.arms]  # rl_conditions' order; time scales with rollouts
+        runs = [RL_RUN_SECONDS[arm.recipe] for _ in self.seeds for arm in self.arms]  # rl_conditions' order
         evals = math.ceil((self.runs + 1) / self.jobs)
         return {"pretrain": ref["pretrain"], "sft": ref["sft"], "rl": slots_makespan(runs, self.jobs),
                 "eval": evals * ref["eval"], "summary": ref["summary"]}
@@ -509,7 +499,7 @@ class Plan:
         width = max(len(arm.name) for arm in self.arms)
         for arm in self.arms:
             recipe = rl_recipe(arm.recipe)
-            rollouts = self.arm_rollouts(arm)
+            rollouts = recipe.rollouts if size.rl_rollouts is None else size.rl_rollouts
             prompts = recipe.prompts if size.rl_prompts is None else size.rl_prompts
             lines.append(f"       {arm.name:<{width}}  recipes/demo/{arm.recipe} {' '.join(arm.overrides)}: "
                          f"K = {recipe.updates_per_rollout} ({_count(recipe.passes, 'pass', 'passes')} x "

@@ -191,26 +191,6 @@ def test_the_full_demo_sets_only_start_data_tokenizer_objective_and_seed(tmp_pat
     assert resolved["rollout"]["prompts_per_rollout"] == 4
 
 
-def test_an_experiment_may_run_fewer_rollouts_than_its_recipe(tmp_path):
-    """``Experiment.rollouts`` shortens every run to that many rollouts (max_steps = rollouts x K of
-    each recipe), the plan says so, and its reference time scales with the rollouts; --quick's size
-    still wins."""
-    replay = demo.rl_recipe("rl_replay.yaml")
-    half = dataclasses.replace(demo.DEFAULT, name="half", rollouts=replay.rollouts // 2)
-    plan = demo.Plan(half, demo.SIZES["full"], half.arms, [42, 43, 44], jobs=2)
-    conditions = [c for c in demo.sweep_plan(tmp_path / "demo", plan).conditions if c.seed is not None]
-    assert len(conditions) == 12
-    steps = f"training.max_steps={replay.rollouts // 2 * replay.updates_per_rollout}"
-    assert all(c.overrides[-1] == steps for c in conditions)
-    assert f"{replay.rollouts // 2} rollouts of 24 prompts x 4" in plan.describe()
-    full = demo.Plan(demo.DEFAULT, demo.SIZES["full"], demo.DEFAULT.arms, [42, 43, 44], jobs=2)
-    assert plan.reference_seconds()["rl"] == pytest.approx(full.reference_seconds()["rl"] / 2)
-    assert all(c.overrides == [f"objective.preset={c.name}"]
-               for c in demo.sweep_plan(tmp_path / "full", full).conditions if c.seed is not None)
-    quick = demo.Plan(half, demo.SIZES["quick"], half.arms, [42], jobs=2)
-    assert quick.rollouts == demo.SIZES["quick"].rl_rollouts
-
-
 def _one_arm_plan(rollouts: int | None = None) -> demo.Plan:
     """A full-size plan of one GRPO arm on rl.yaml and seed 42 (``rollouts`` per run: None, the recipe's)."""
     size = dataclasses.replace(demo.SIZES["full"], rl_rollouts=rollouts)
