@@ -2,6 +2,7 @@
 error-observation rule, records from TRL's parsed completions, and the import direction."""
 
 import ast
+import json
 import pathlib
 
 import pytest
@@ -92,3 +93,27 @@ def test_imports_run_one_way_rollout_environment_protocol():
     assert "minimind_trl.envs.rollout" not in _package_imports(environment)
     assert not {m for m in _package_imports(protocol)
                 if m.startswith("minimind_trl") and m != "minimind_trl.envs.parsing"}
+
+
+def test_task_prompt_ids_renders_the_rows_tools_or_the_default_only_when_it_has_none(tokenizer):
+    """``rollout.task_prompt_ids`` (evaluation's and training's one rendering of a task's prompt): the
+    tools on the row's system message win over ``default_tools``; a row without tools gets
+    ``default_tools`` in its prompt but reports ``tools`` None; placeholders go; thinking opens on request."""
+    own = {"name": "calculate_math", "description": "Evaluate.", "parameters": {"type": "object", "properties": {}}}
+    other = {"name": "lookup_rate", "description": "Rates.", "parameters": {"type": "object", "properties": {}}}
+    system = {"role": "system", "content": "You are a calculator.", "tools": json.dumps([own])}
+    user = {"role": "user", "content": "What is 3*7?"}
+    placeholder = {"role": "assistant", "content": ""}
+    tools, ids = rollout.task_prompt_ids(tokenizer, {"conversations": [system, user, placeholder]}, False, [other])
+    assert tools == [own]
+    messages = [{"role": "system", "content": "You are a calculator."}, user]
+    assert ids == protocol.prompt_ids_for(tokenizer, messages, [own], False)
+    text = tokenizer.decode(ids)
+    assert "calculate_math" in text and "lookup_rate" not in text and "What is 3*7?" in text
+    plain = {"conversations": [{"role": "system", "content": "You are a calculator."}, user]}
+    tools, ids = rollout.task_prompt_ids(tokenizer, plain, True, [other])
+    assert tools is None
+    assert ids == protocol.prompt_ids_for(tokenizer, messages, [other], True)
+    assert "lookup_rate" in tokenizer.decode(ids)
+    assert ids != protocol.prompt_ids_for(tokenizer, messages, [other], False)  # the think opener
+    assert rollout.task_prompt_ids(tokenizer, plain, False)[1] == protocol.prompt_ids_for(tokenizer, messages, None)
