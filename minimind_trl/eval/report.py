@@ -50,6 +50,8 @@ def _resolution_line(summary: dict, rows: dict) -> list[str]:
         part = f"{name} {value(row['mde'])}{_floored(row.get('mde_basis'))} (questions)"
         if row.get("mde_two_level") is not None:
             part += f", {value(row['mde_two_level'])}{_floored(row.get('mde_two_level_basis'))} (seeds+questions)"
+        if row.get("mde_matched") is not None:
+            part += f", {value(row['mde_matched'])}{_floored(row.get('mde_matched_basis'))} (matched seeds)"
         parts.append(part)
     if not parts:
         return []
@@ -57,7 +59,7 @@ def _resolution_line(summary: dict, rows: dict) -> list[str]:
     lines = ["", f"Smallest resolvable Δ ({p['power']:.0%} power, two-sided α = {p['alpha']:.2g}): "
              + "; ".join(parts) + "."]
     if any(str(row.get(k, "")).startswith("assumed") for row in rows.values()
-           for k in ("mde_basis", "mde_two_level_basis")):
+           for k in ("mde_basis", "mde_two_level_basis", "mde_matched_basis")):
         lines.append(f"(* the per-question differences barely vary (runs that barely differ, or that differ the "
                      f"same way on nearly every question): the figure assumes the discordance of a moving policy, "
                      f"{p.get('assumed_discordance', 0):g} of the questions, not the observed one.)")
@@ -122,7 +124,8 @@ def render_markdown(summary: dict) -> str:
         f"{summary['n_questions']} questions. Baseline: `{summary['baseline']}`.", "",
         f"CIs: {b['confidence']:.0%} {b['method']} bootstrap over questions, {b['n_resamples']:,} resamples, "
         f"seed {b['seed']}, paired on question id. Two-level CIs resample training seeds per "
-        "condition, then questions.", "",
+        "condition, then questions; matched-seed CIs (conditions holding the same seeds) resample seed s of "
+        "both together.", "",
         "## Checkpoints", "", "| condition | seed | checkpoint SHA256 | eval folder |", "|---|---|---|---|",
     ]
     for name, cond in summary["conditions"].items():
@@ -130,30 +133,38 @@ def render_markdown(summary: dict) -> str:
             lines.append(f"| {name} | {seed} | `{info['checkpoint_sha256']}` | `{info['path']}` |")
     lines += _unverified_lines(summary)
     for metric, rows in summary["metrics"].items():
+        matched = any("diff_ci_matched" in row for row in rows.values())
         lines += ["", _table_heading(summary, metric), "",
                   "| condition | seeds | mean | 95% CI | per seed | Δ vs baseline | Δ 95% CI (questions) | "
-                  "Δ 95% CI (seeds+questions) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "Δ 95% CI (seeds+questions) |" + (" Δ 95% CI (matched seeds) |" if matched else ""),
+                  "|---|---|---|---|---|---|---|---|" + ("---|" if matched else "")]
         for name, row in rows.items():
             lines.append(
                 f"| {name} | {row['n_seeds']} | {_fmt(row['mean'])} | {_fmt_ci(row['ci'], signed=False)} | "
                 f"{_per_seed(summary, name, row)} | {row['diff']:+.4f} | {_fmt_ci(row['diff_ci'])} | "
                 f"{_fmt_ci(row.get('diff_ci_two_level'))} |"
+                + (f" {_fmt_ci(row.get('diff_ci_matched'))} |" if matched else "")
             )
         lines += _sampling_line(summary, metric) + _resolution_line(summary, rows)
     inter = summary.get("interaction")
     if inter:
         cells = ", ".join(f"{k}={v}" for k, v in inter["cells"].items())
+        matched = any("ci_matched" in e for e in inter["metrics"].values())
+        extra, rule = (" 95% CI (matched seeds) |", "---|") if matched else ("", "")
         lines += ["", "## 2x2 interaction", "", f"Cells: {cells}. Interaction = {inter['formula']}.", "",
-                  "| metric | interaction | 95% CI (questions) | 95% CI (seeds+questions) |", "|---|---|---|---|"]
+                  "| metric | interaction | 95% CI (questions) | 95% CI (seeds+questions) |" + extra,
+                  "|---|---|---|---|" + rule]
         for metric, e in inter["metrics"].items():
-            lines.append(f"| {metric} | {e['value']:+.4f} | {_fmt_ci(e['ci'])} | {_fmt_ci(e.get('ci_two_level'))} |")
+            lines.append(f"| {metric} | {e['value']:+.4f} | {_fmt_ci(e['ci'])} | {_fmt_ci(e.get('ci_two_level'))} |"
+                         + (f" {_fmt_ci(e.get('ci_matched'))} |" if matched else ""))
         if any(e.get("mde") is not None for e in inter["metrics"].values()):
             p = summary["power"]
             lines += ["", f"Smallest resolvable interaction ({p['power']:.0%} power, two-sided α = {p['alpha']:.2g}):",
-                      "", "| metric | questions | seeds+questions |", "|---|---|---|"]
+                      "", "| metric | questions | seeds+questions |" + (" matched seeds |" if matched else ""),
+                      "|---|---|---|" + rule]
             for metric, e in inter["metrics"].items():
-                lines.append(f"| {metric} | {_fmt(e.get('mde'))} | {_fmt(e.get('mde_two_level'))} |")
+                lines.append(f"| {metric} | {_fmt(e.get('mde'))} | {_fmt(e.get('mde_two_level'))} |"
+                             + (f" {_fmt(e.get('mde_matched'))} |" if matched else ""))
     lines += _fixed_broken_section(summary)
     return "\n".join(lines) + "\n"
 

@@ -22,6 +22,16 @@ Every confidence interval here is a **percentile bootstrap** over per-question v
   independently per cell (training seeds are independent runs), questions are shared across
   cells (the test set is common). Percentile CI as above.
 
+* **Seed-matched** two-level bootstrap (``matched_seeds=True``): every cell holds the same S seeds
+  in the same row order, and one draw ``seed_idx = rng.integers(0, S, size=(B, S))`` serves every
+  cell (then ``q_idx`` as above): replicate ``b`` is
+  ``sum_c w_c * mean_{s in seed_idx[b]} mean_{q in q_idx[b]} X_c[s, q]``. It resamples the seed as a
+  block, the right scheme when a seed fixes the same randomness in every cell (common random numbers:
+  a sweep's seed s gives every condition the same prompt order and sampling stream, so their first
+  rollout is the same trajectories). Then the per-seed contrast's spread, not each cell's, is the
+  seed-level noise; where cells' seeds are positively correlated the independent scheme is
+  conservative. With uncorrelated cells both estimate the same variance.
+
 Defaults: ``B = 10_000`` resamples, ``seed = 0``, 95 % confidence. Every result also carries
 ``se``, the standard deviation of its B replicates (``boot.std(ddof=1)``): the bootstrap standard
 error.
@@ -173,12 +183,14 @@ def two_level_bootstrap_ci(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     confidence: float = DEFAULT_CONFIDENCE,
+    matched_seeds: bool = False,
 ) -> BootstrapResult:
     """Two-level bootstrap CI of the contrast ``sum_c w_c * mean(X_c)``.
 
     ``cells[c]`` is an (S_c, n) array: one row per training seed, one column per question (same
     question order in every cell). See the module docstring for the exact resampling scheme.
-    The estimate is ``sum_c w_c * X_c.mean()``.
+    The estimate is ``sum_c w_c * X_c.mean()``. ``matched_seeds``: row s of every cell is the same
+    training seed (all S_c equal), resampled jointly across cells (the seed-matched scheme).
     """
     check_settings(n_resamples, confidence)
     mats = [np.asarray(x, dtype=np.float64) for x in cells]
@@ -194,16 +206,23 @@ def two_level_bootstrap_ci(
     if any(m.shape[1] != n for m in mats):
         raise ValueError(f"cells differ in number of questions: {[m.shape[1] for m in mats]}")
 
+    if matched_seeds and len({m.shape[0] for m in mats}) != 1:
+        raise ValueError(f"matched seeds need the same seeds in every cell, got {[m.shape[0] for m in mats]} seeds")
+
     rng = np.random.default_rng(seed)
-    # Seed resampling as weights: (B, S_c) counts / S_c, so the seed-averaged question vector of
-    # replicate b is counts_b @ X_c / S_c.
-    seed_weights = []
-    for m in mats:
-        s = m.shape[0]
+
+    def draw_seed_weights(s: int) -> np.ndarray:
+        # Seed resampling as weights: (B, S) counts / S, so the seed-averaged question vector of
+        # replicate b is counts_b @ X_c / S.
         idx = rng.integers(0, s, size=(n_resamples, s))
         counts = np.zeros((n_resamples, s))
         np.add.at(counts, (np.arange(n_resamples)[:, None], idx), 1.0)
-        seed_weights.append(counts / s)
+        return counts / s
+
+    if matched_seeds:
+        seed_weights = [draw_seed_weights(mats[0].shape[0])] * len(mats)  # one draw shared by every cell
+    else:
+        seed_weights = [draw_seed_weights(m.shape[0]) for m in mats]
     boot = np.empty(n_resamples)
     start = 0
     for q_idx in _index_blocks(rng, n, n_resamples):
@@ -213,8 +232,9 @@ def two_level_bootstrap_ci(
         start += q_idx.shape[0]
     estimate = float(sum(wc * m.mean() for wc, m in zip(w, mats)))
     low, high = _percentile_interval(boot, confidence)
-    return BootstrapResult(estimate, low, high, int(n_resamples), int(seed), confidence,
-                           "two-level percentile bootstrap (seeds per cell, then shared questions)",
+    method = ("two-level percentile bootstrap (matched seeds shared by every cell, then shared questions)"
+              if matched_seeds else "two-level percentile bootstrap (seeds per cell, then shared questions)")
+    return BootstrapResult(estimate, low, high, int(n_resamples), int(seed), confidence, method,
                            _replicate_se(boot))
 
 

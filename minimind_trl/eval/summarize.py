@@ -11,6 +11,12 @@ For each metric and condition X (seed-averaged per-question vector x, baseline y
 * ``diff`` = mean(x) - mean(y), ``diff_ci`` = paired question bootstrap of x - y;
 * when X or the baseline has several seeds: ``ci_two_level`` / ``diff_ci_two_level`` from
   :func:`~minimind_trl.eval.stats.two_level_bootstrap_ci` (seeds per cell, then questions);
+* when X and the baseline hold the same several seeds: also ``diff_ci_matched`` /
+  ``diff_se_matched`` / ``mde_matched`` from the seed-matched two-level bootstrap (one seed draw
+  shared by both, then questions). A sweep's seed fixes the prompt order and the sampling stream of
+  every condition alike (their first rollout is the same trajectories), so seed s of X and seed s of
+  the baseline are a matched pair; the independent scheme ignores that pairing and is conservative
+  when the pair's results are correlated. Both are reported;
 * resolution: ``diff_se`` = std_0(x - y) / sqrt(n) and ``mde`` = (z_{1-alpha/2} + z_{power}) *
   ``diff_se``, the smallest difference the paired question comparison detects with 80 % power at
   alpha = 1 - confidence (0.05); ``diff_se_two_level`` / ``mde_two_level`` from the two-level
@@ -388,12 +394,18 @@ def _tables(runs: list[EvalRun], metric_names: list[str]) -> list[Table]:
     return tables
 
 
+def _matched(seed_lists: list[list[str]]) -> bool:
+    """Whether cells hold the same several seeds (rows in the same order: :func:`_group` sorts them)."""
+    return len(seed_lists[0]) > 1 and all(seeds == seed_lists[0] for seeds in seed_lists)
+
+
 def _comparison_rows(mats: dict[str, np.ndarray], baseline: str, boot: dict, power: float,
-                     discordance: float = 0.0) -> dict[str, dict]:
+                     discordance: float = 0.0, seeds: dict[str, list[str]] | None = None) -> dict[str, dict]:
     """One table: each condition's mean with its CIs, its difference to the baseline with its CIs and
     the smallest difference each comparison resolves (module docstring); on a binary metric each
     standard error is floored at :func:`~minimind_trl.eval.stats.discordance_floor_se` of
-    ``discordance`` (``mde_basis`` says which one was used)."""
+    ``discordance`` (``mde_basis`` says which one was used). ``seeds``: each condition's seed labels
+    in row order; a condition with the baseline's several seeds also gets the seed-matched CI."""
     base = mats[baseline]
     binary = all(bool(np.isin(m, (0.0, 1.0)).all()) for m in mats.values())
     floor = stats.discordance_floor_se(base.shape[1], discordance) if binary else 0.0
@@ -421,6 +433,10 @@ def _comparison_rows(mats: dict[str, np.ndarray], baseline: str, boot: dict, pow
                 two = stats.two_level_bootstrap_ci([x, base], [1.0, -1.0], **boot)
                 row.update(diff_ci_two_level=_ci(two), diff_se_two_level=two.se, mde_two_level=mde(two.se),
                            mde_two_level_basis=basis(two.se))
+            if seeds is not None and _matched([seeds[name], seeds[baseline]]):
+                paired = stats.two_level_bootstrap_ci([x, base], [1.0, -1.0], matched_seeds=True, **boot)
+                row.update(diff_ci_matched=_ci(paired), diff_se_matched=paired.se, mde_matched=mde(paired.se),
+                           mde_matched_basis=basis(paired.se))
         rows[name] = row
     return rows
 
@@ -485,13 +501,14 @@ def summarize(
     metric_names = [m for m in available_metrics(runs[0].records)
                     if all(m in available_metrics(r.records) for r in runs)]
     tables = _tables(runs, metric_names)
+    seeds = {name: [r.seed for r in members] for name, members in groups.items()}
     boot = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
     multiplier = stats.mde_multiplier(power, confidence)
 
     table: dict[str, dict[str, dict]] = {}
     for table_name, metric, questions in tables:
         table[table_name] = _comparison_rows({name: _matrix(groups[name], metric, questions) for name in names},
-                                             baseline, boot, power, assumed_discordance)
+                                             baseline, boot, power, assumed_discordance, seeds)
 
     inter = None
     if interaction is not None:
@@ -506,6 +523,9 @@ def summarize(
             if any(m.shape[0] > 1 for m in cells):
                 two = stats.two_level_bootstrap_ci(cells, INTERACTION_WEIGHTS, **boot)
                 entry.update(ci_two_level=_ci(two), se_two_level=two.se, mde_two_level=multiplier * two.se)
+            if _matched([seeds[interaction[c]] for c in INTERACTION_CELLS]):
+                paired = stats.two_level_bootstrap_ci(cells, INTERACTION_WEIGHTS, matched_seeds=True, **boot)
+                entry.update(ci_matched=_ci(paired), se_matched=paired.se, mde_matched=multiplier * paired.se)
             inter["metrics"][table_name] = entry
 
     sampled = [m for m in metric_names if m == "sampled_pass@1" or m.startswith("pass@")]
@@ -522,12 +542,16 @@ def summarize(
                       "mean of the per-question vector over each row; paired = same rows for both conditions",
             "two_level_scheme": "per cell rng.integers(0, S_c, size=(n_resamples, S_c)) seed draws, then shared "
                                 "question draws as above",
+            "matched_scheme": "conditions holding the same several seeds: one rng.integers(0, S, size=(n_resamples, "
+                              "S)) seed draw shared by every cell (seed s of each is a matched pair), then shared "
+                              "question draws as above",
         },
         "power": {
             "power": power, "alpha": round(1.0 - confidence, 12), "multiplier": multiplier,
             "formula": "mde = (z_{1-alpha/2} + z_{power}) * se, two-sided",
             "se": "diff_se = std_0(x - y) / sqrt(n) over the compared questions (the paired question "
-                  "bootstrap's standard error); diff_se_two_level = std of the two-level bootstrap replicates",
+                  "bootstrap's standard error); diff_se_two_level / diff_se_matched = std of the "
+                  "(seed-matched) two-level bootstrap replicates",
             "assumed_discordance": assumed_discordance,
             "floor": "on a binary metric mde uses max(se, sqrt(d / n)) with d = assumed_discordance, the share of "
                      "questions two runs disagree on when a policy moves (the full demo's RL runs vs SFT: "

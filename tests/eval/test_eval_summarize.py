@@ -155,6 +155,51 @@ def test_interaction_and_two_level_seeds(tmp_path):
     assert "diff_ci_two_level" not in summary["metrics"]["task_success"]["B"]
 
 
+def test_matched_seeds_pair_seed_s_of_each_condition(tmp_path):
+    # Seed s sets a shared level (seed 42 solves the first 8 questions, 43 the first 20, 44 the first
+    # 32) in both conditions; "up" solves 4 more questions than "base" in every seed. The seed-matched
+    # CI sees only that +0.1 (and the questions); the independent one also the seeds' spread.
+    levels = {"42": 8, "43": 20, "44": 32}
+    base = {s: (np.arange(N) < k).astype(int) for s, k in levels.items()}
+    up = {s: (np.arange(N) < k + 4).astype(int) for s, k in levels.items()}
+    specs = [f"base@{s}={write_eval_folder(tmp_path / f'b{s}', v)}" for s, v in base.items()]
+    specs += [f"up@{s}={write_eval_folder(tmp_path / f'u{s}', v)}" for s, v in up.items()]
+    specs += [f"other@{s}={write_eval_folder(tmp_path / f'o{s}', up[s])}" for s in ("42", "43")]
+    summary, failures = summarize(specs, baseline="base", n_resamples=B, seed=2, assumed_discordance=0)
+    row = summary["metrics"]["task_success"]["up"]
+    x = np.array([up[s] for s in levels], float)
+    y = np.array([base[s] for s in levels], float)
+    ref = stats.two_level_bootstrap_ci([x, y], [1, -1], n_resamples=B, seed=2, matched_seeds=True)
+    assert row["diff"] == pytest.approx(0.1)
+    assert row["diff_ci_matched"] == pytest.approx([ref.low, ref.high])
+    assert row["diff_se_matched"] == pytest.approx(ref.se) and row["mde_matched"] == pytest.approx(
+        stats.mde_multiplier() * ref.se)
+    # every seed's difference is exactly +0.1 on the same 4 questions: only the question draw varies
+    assert row["diff_ci_matched"][0] > 0
+    assert row["diff_ci_two_level"][1] - row["diff_ci_two_level"][0] > \
+        3 * (row["diff_ci_matched"][1] - row["diff_ci_matched"][0])
+    # seeds 42 and 43 only: not the baseline's seeds, so no matched pair
+    assert "diff_ci_matched" not in summary["metrics"]["task_success"]["other"]
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    assert "Δ 95% CI (matched seeds) |" in md
+    assert f"{row['mde_matched']:.4f} (matched seeds)" in md
+
+
+def test_interaction_with_matched_seeds(tmp_path):
+    rng = np.random.default_rng(6)
+    cells = {c: np.stack([rng.integers(0, 2, N) for _ in range(2)]) for c in "ABCD"}
+    specs = [f"{c}@{s}={write_eval_folder(tmp_path / f'{c}{s}', cells[c][i])}"
+             for c in "ABCD" for i, s in enumerate(("1", "2"))]
+    summary, failures = summarize(specs, baseline="A", interaction=INTERACTION_CELLS, n_resamples=B, seed=5)
+    e = summary["interaction"]["metrics"]["task_success"]
+    ref = stats.two_level_bootstrap_ci([cells[c].astype(float) for c in "ABCD"], [1, -1, -1, 1], n_resamples=B,
+                                       seed=5, matched_seeds=True)
+    assert e["ci_matched"] == pytest.approx([ref.low, ref.high]) and e["se_matched"] == pytest.approx(ref.se)
+    assert e["mde_matched"] == pytest.approx(stats.mde_multiplier() * ref.se)
+    md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
+    assert "| metric | interaction | 95% CI (questions) | 95% CI (seeds+questions) | 95% CI (matched seeds) |" in md
+
+
 def test_write_summary_outputs_and_refuses_non_empty(tmp_path):
     sft, grpo, _ = _vectors()
     specs = [str(write_eval_folder(tmp_path / "in" / n, v, ckpt=n[0] * 64)) for n, v in (("sft", sft), ("grpo", grpo))]

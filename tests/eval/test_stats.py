@@ -97,6 +97,39 @@ def test_two_level_wider_than_question_only_when_seeds_disagree():
     assert (two.high - two.low) > 1.5 * (q_only.high - q_only.low)
 
 
+def test_two_level_matched_seeds_matches_loop_reference():
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 2, size=(3, 20)).astype(float)
+    y = rng.integers(0, 2, size=(3, 20)).astype(float)
+    B, seed = 400, 7
+    res = stats.two_level_bootstrap_ci([x, y], [1.0, -1.0], n_resamples=B, seed=seed, matched_seeds=True)
+    ref_rng = np.random.default_rng(seed)
+    s_idx = ref_rng.integers(0, 3, size=(B, 3))  # one seed draw for both cells
+    q = ref_rng.integers(0, 20, size=(B, 20))
+    boot = [np.mean([[x[s, j] - y[s, j] for j in q[b]] for s in s_idx[b]]) for b in range(B)]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    assert res.estimate == pytest.approx(x.mean() - y.mean())
+    assert res.low == pytest.approx(low) and res.high == pytest.approx(high)
+    assert "matched" in res.method
+
+
+def test_two_level_matched_seeds_cancels_a_shared_seed_effect():
+    # Condition = baseline + 0.1 on every seed and question: the seed effect (0.2 / 0.5 / 0.8) is
+    # common to both, so the matched contrast never varies; the independent scheme sees seed noise.
+    base = np.repeat(np.array([[0.2], [0.5], [0.8]]), 50, axis=1)
+    cond = base + 0.1
+    matched = stats.two_level_bootstrap_ci([cond, base], [1, -1], n_resamples=2000, seed=0, matched_seeds=True)
+    independent = stats.two_level_bootstrap_ci([cond, base], [1, -1], n_resamples=2000, seed=0)
+    assert matched.low == pytest.approx(0.1) and matched.high == pytest.approx(0.1) and matched.se < 1e-12
+    assert independent.high - independent.low > 0.3
+
+
+def test_two_level_matched_seeds_needs_equal_seed_counts():
+    with pytest.raises(ValueError, match="same seeds in every cell"):
+        stats.two_level_bootstrap_ci([np.ones((3, 4)), np.ones((2, 4))], [1, -1], n_resamples=10,
+                                     matched_seeds=True)
+
+
 def test_paired_ci_covers_known_difference_in_simulation():
     """50 simulated paired datasets with true difference 0.1: ~95 % of CIs cover it."""
     rng = np.random.default_rng(2024)
