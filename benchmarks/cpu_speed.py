@@ -190,7 +190,7 @@ def part_rollout(base: dict) -> dict:
              f"{table['fp32/' + name.split('/')[1]]['rollout_s'] / r['rollout_s']:.2f}x",
              "-" if r["onpolicy_logp_abs_diff_mean"] is None else f"{r['onpolicy_logp_abs_diff_mean']:.1e}"]
             for name, r in table.items()]
-    print_table("Seconds per rollout (demo recipe, K = 1, frozen)",
+    print_table(f"Seconds per rollout ({Path(base['recipe']).name}, frozen)",
                 ["config", "generation s", "update s", "rollout s", "vs fp32", "sampler gap"], rows)
     return table
 
@@ -319,7 +319,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo", default="runs/demo", help="a demo folder (data/splits, tokenizer, runs/sft/final)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
-    parser.add_argument("--steps", type=int, default=5, help="rollouts per training configuration (K = 1)")
+    parser.add_argument("--recipe", default=str(REPO / "recipes" / "demo" / "rl.yaml"),
+                        help="the RL recipe the rollout, jobs and profile parts train (default: the demo's K = 1 "
+                             "recipe; recipes/demo/rl_replay.yaml is the demo's default, K = 4 as 4 minibatches)")
+    parser.add_argument("--steps", type=int, default=5,
+                        help="optimizer steps per training configuration (rollouts x K; K = 1: rollouts)")
     parser.add_argument("--eval-questions", type=int, default=600)
     parser.add_argument("--eval-batch-sizes", default="50,150,300,600")
     parser.add_argument("--output", default=None)
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             demo = Path(args.demo)
             splits, sft, tokenizer = demo / "data" / "splits", demo / "runs" / "sft" / "final", demo / "tokenizer"
-            paths = {"recipe": str(REPO / "recipes" / "demo" / "rl.yaml"), "splits": str(splits),
+            paths = {"recipe": str(Path(args.recipe).resolve()), "splits": str(splits),
                      "checkpoint": str(sft), "tokenizer": str(tokenizer),
                      "overrides": [f"data.path={splits}", f"model.path={sft}", f"tokenizer.path={tokenizer}"]}
             steps, questions = args.steps, args.eval_questions
