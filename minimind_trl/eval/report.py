@@ -114,6 +114,26 @@ def _unverified_lines(summary: dict) -> list[str]:
                 f"SHA-256 or record count, so edits after evaluation cannot be detected): {', '.join(folders)}."]
 
 
+def _main_effects_section(inter: dict, matched: bool) -> list[str]:
+    """The 2x2's main effects: one row per factor and metric, with CIs and the smallest resolvable effect."""
+    effects = inter.get("main_effects")
+    if not effects:
+        return []
+    lines = ["", "## 2x2 main effects", ""]
+    lines += [f"- {name} = {e['formula']}" for name, e in effects.items()]
+    lines += ["", "| effect | metric | value | 95% CI (questions) | 95% CI (seeds+questions) |"
+              + (" 95% CI (matched seeds) |" if matched else "") + " resolves (questions / seeds+questions"
+              + (" / matched" if matched else "") + ") |",
+              "|---|---|---|---|---|" + ("---|" if matched else "") + "---|"]
+    kinds = ("mde", "mde_two_level", "mde_matched") if matched else ("mde", "mde_two_level")
+    for name, e in effects.items():
+        for metric, m in e["metrics"].items():
+            cis = [_fmt_ci(m.get(k)) for k in ("ci", "ci_two_level", "ci_matched")[:len(kinds)]]
+            resolves = " / ".join(_fmt(m.get(k)) for k in kinds)
+            lines.append(f"| {name} | {metric} | {m['value']:+.4f} | {' | '.join(cis)} | {resolves} |")
+    return lines
+
+
 def render_markdown(summary: dict) -> str:
     """summary.md: provenance, one table per metric (each with the smallest Δ it resolves), the
     interaction, questions fixed / broken."""
@@ -165,6 +185,7 @@ def render_markdown(summary: dict) -> str:
             for metric, e in inter["metrics"].items():
                 lines.append(f"| {metric} | {_fmt(e.get('mde'))} | {_fmt(e.get('mde_two_level'))} |"
                              + (f" {_fmt(e.get('mde_matched'))} |" if matched else ""))
+        lines += _main_effects_section(inter, matched)
     lines += _fixed_broken_section(summary)
     return "\n".join(lines) + "\n"
 

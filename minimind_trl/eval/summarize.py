@@ -28,6 +28,11 @@ For each metric and condition X (seed-averaged per-question vector x, baseline y
   the observed or the assumed discordance set it. A non-binary metric keeps the observed value (0
   when the compared runs agree on every question: "not measured", not infinite resolution).
 
+With ``interaction`` (the four cells of the Dr.GRPO 2x2, A = z-score/sequence mean, B = z-score/
+fixed L, C = centred/sequence mean, D = centred/fixed L): the interaction ``(D - C) - (B - A)`` and
+the two main effects, ``advantage`` = (C + D)/2 - (A + B)/2 and ``reduction`` = (B + D)/2 -
+(A + C)/2, each with its question CI, resolution and (several seeds) two-level and matched CIs.
+
 Tables: every metric of :func:`~minimind_trl.eval.metrics.available_metrics` held by every run
 (``sampled_pass@1`` and pass@k only when every run was sampled, at one temperature, else
 :class:`SamplingMismatchError`), then each :data:`~minimind_trl.eval.metrics.BY_N_GT_METRICS`
@@ -72,6 +77,13 @@ from minimind_trl.fsio import DataFormatError, iter_jsonl_objects, read_json_fil
 
 INTERACTION_CELLS = ("zscore_seqmean", "zscore_fixedL", "center_seqmean", "center_fixedL")
 INTERACTION_WEIGHTS = (1.0, -1.0, -1.0, 1.0)  # (D - C) - (B - A) = A - B - C + D
+# The 2x2's main effects over the same cells (A, B, C, D): each factor's level averaged over the other's.
+MAIN_EFFECTS = {
+    "advantage": {"weights": (-0.5, -0.5, 0.5, 0.5),
+                  "formula": "(center_seqmean + center_fixedL)/2 - (zscore_seqmean + zscore_fixedL)/2"},
+    "reduction": {"weights": (-0.5, 0.5, -0.5, 0.5),
+                  "formula": "(zscore_fixedL + center_fixedL)/2 - (zscore_seqmean + center_seqmean)/2"},
+}
 # fixed_broken counts per run (see _transitions)
 TRANSITIONS = ("fixed", "broken", "net", "both_solved", "both_failed")
 # One summary table: (table name, metric, question indices or None for all questions).
@@ -468,6 +480,23 @@ def _fixed_broken(groups: dict[str, list[EvalRun]], baseline: str) -> dict:
             "averaged_over_baseline_seeds": base.shape[0] > 1, "conditions": conditions}
 
 
+def _contrast_entry(cells: list[np.ndarray], weights, question_ci: stats.BootstrapResult, boot: dict,
+                    multiplier: float, matched: bool) -> dict:
+    """A 2x2 contrast ``sum_c w_c * mean(X_c)``: its question-level CI (given), the resolution
+    ``multiplier * se`` with the paired question SE, and with several seeds the two-level (and, when
+    every cell holds the same seeds, the seed-matched) CI and resolution."""
+    per_question = sum(w * m.mean(axis=0) for w, m in zip(weights, cells))
+    se = stats.mean_standard_error(per_question)
+    entry = {"value": question_ci.estimate, "ci": _ci(question_ci), "se": se, "mde": multiplier * se}
+    if any(m.shape[0] > 1 for m in cells):
+        two = stats.two_level_bootstrap_ci(cells, weights, **boot)
+        entry.update(ci_two_level=_ci(two), se_two_level=two.se, mde_two_level=multiplier * two.se)
+    if matched:
+        paired = stats.two_level_bootstrap_ci(cells, weights, matched_seeds=True, **boot)
+        entry.update(ci_matched=_ci(paired), se_matched=paired.se, mde_matched=multiplier * paired.se)
+    return entry
+
+
 def summarize(
     specs: list[str],
     baseline: str = "sft",
@@ -514,19 +543,18 @@ def summarize(
     if interaction is not None:
         inter = {"cells": dict(interaction),
                  "formula": "(center_fixedL - center_seqmean) - (zscore_fixedL - zscore_seqmean)", "metrics": {}}
+        inter["main_effects"] = {name: {"formula": e["formula"], "metrics": {}} for name, e in MAIN_EFFECTS.items()}
+        matched = _matched([seeds[interaction[c]] for c in INTERACTION_CELLS])
         for table_name, metric, questions in tables:
             cells = [_matrix(groups[interaction[c]], metric, questions) for c in INTERACTION_CELLS]
             per_question = [m.mean(axis=0) for m in cells]
             q = stats.interaction_ci(*per_question, **boot)
-            se = stats.mean_standard_error((per_question[3] - per_question[2]) - (per_question[1] - per_question[0]))
-            entry = {"value": q.estimate, "ci": _ci(q), "se": se, "mde": multiplier * se}
-            if any(m.shape[0] > 1 for m in cells):
-                two = stats.two_level_bootstrap_ci(cells, INTERACTION_WEIGHTS, **boot)
-                entry.update(ci_two_level=_ci(two), se_two_level=two.se, mde_two_level=multiplier * two.se)
-            if _matched([seeds[interaction[c]] for c in INTERACTION_CELLS]):
-                paired = stats.two_level_bootstrap_ci(cells, INTERACTION_WEIGHTS, matched_seeds=True, **boot)
-                entry.update(ci_matched=_ci(paired), se_matched=paired.se, mde_matched=multiplier * paired.se)
-            inter["metrics"][table_name] = entry
+            inter["metrics"][table_name] = _contrast_entry(cells, INTERACTION_WEIGHTS, q, boot, multiplier, matched)
+            for name, effect in MAIN_EFFECTS.items():
+                contrast = sum(w * v for w, v in zip(effect["weights"], per_question))
+                q = stats.bootstrap_mean_ci(contrast, **boot)
+                inter["main_effects"][name]["metrics"][table_name] = _contrast_entry(
+                    cells, effect["weights"], q, boot, multiplier, matched)
 
     sampled = [m for m in metric_names if m == "sampled_pass@1" or m.startswith("pass@")]
     split = runs[0].manifest["split"]

@@ -196,8 +196,25 @@ def test_interaction_with_matched_seeds(tmp_path):
                                        seed=5, matched_seeds=True)
     assert e["ci_matched"] == pytest.approx([ref.low, ref.high]) and e["se_matched"] == pytest.approx(ref.se)
     assert e["mde_matched"] == pytest.approx(stats.mde_multiplier() * ref.se)
+    # main effects: each factor's level averaged over the other's, A-D = zscore/seqmean, zscore/fixedL,
+    # center/seqmean, center/fixedL
+    mean = {c: cells[c].mean(axis=0) for c in "ABCD"}
+    effects = (("advantage", (mean["C"] + mean["D"] - mean["A"] - mean["B"]) / 2, [-.5, -.5, .5, .5]),
+               ("reduction", (mean["B"] + mean["D"] - mean["A"] - mean["C"]) / 2, [-.5, .5, -.5, .5]))
+    for name, per_q, weights in effects:
+        m = summary["interaction"]["main_effects"][name]["metrics"]["task_success"]
+        assert m["value"] == pytest.approx(per_q.mean())
+        assert m["ci"] == pytest.approx(_reference_ci(per_q, seed=5))
+        assert m["mde"] == pytest.approx(stats.mde_multiplier() * np.std(per_q) / np.sqrt(N))
+        ref = stats.two_level_bootstrap_ci([cells[c].astype(float) for c in "ABCD"], weights, n_resamples=B, seed=5,
+                                           matched_seeds=True)
+        assert m["ci_matched"] == pytest.approx([ref.low, ref.high])
+        two = stats.two_level_bootstrap_ci([cells[c].astype(float) for c in "ABCD"], weights, n_resamples=B, seed=5)
+        assert m["ci_two_level"] == pytest.approx([two.low, two.high])
     md = (write_summary(tmp_path / "out", summary, failures) / "summary.md").read_text()
     assert "| metric | interaction | 95% CI (questions) | 95% CI (seeds+questions) | 95% CI (matched seeds) |" in md
+    adv = summary["interaction"]["main_effects"]["advantage"]["metrics"]["task_success"]
+    assert "## 2x2 main effects" in md and f"| advantage | task_success | {adv['value']:+.4f} |" in md
 
 
 def test_write_summary_outputs_and_refuses_non_empty(tmp_path):
