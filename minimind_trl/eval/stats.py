@@ -32,6 +32,11 @@ Every confidence interval here is a **percentile bootstrap** over per-question v
   seed-level noise; where cells' seeds are positively correlated the independent scheme is
   conservative. With uncorrelated cells both estimate the same variance.
 
+  Either way the seed level is a bootstrap over S values: its variance is (S - 1)/S of the usual
+  unbiased estimate (2/3 at S = 3) and it sees only the S values drawn, so a CI that rests on the
+  seed level of three seeds is narrower than a t interval would be; claims that rest on it want
+  more seeds.
+
 Defaults: ``B = 10_000`` resamples, ``seed = 0``, 95 % confidence. Every result also carries
 ``se``, the standard deviation of its B replicates (``boot.std(ddof=1)``): the bootstrap standard
 error.
