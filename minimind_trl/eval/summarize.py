@@ -480,14 +480,14 @@ def _fixed_broken(groups: dict[str, list[EvalRun]], baseline: str) -> dict:
             "averaged_over_baseline_seeds": base.shape[0] > 1, "conditions": conditions}
 
 
-def _contrast_entry(cells: list[np.ndarray], weights, question_ci: stats.BootstrapResult, boot: dict,
-                    multiplier: float, matched: bool) -> dict:
-    """A 2x2 contrast ``sum_c w_c * mean(X_c)``: its question-level CI (given), the resolution
-    ``multiplier * se`` with the paired question SE, and with several seeds the two-level (and, when
-    every cell holds the same seeds, the seed-matched) CI and resolution."""
+def _contrast_entry(cells: list[np.ndarray], weights, boot: dict, multiplier: float, matched: bool) -> dict:
+    """A 2x2 contrast ``sum_c w_c * mean(X_c)``: the paired question bootstrap of its per-question
+    values, the resolution ``multiplier * se`` with their SE, and with several seeds the two-level
+    (and, when every cell holds the same seeds, the seed-matched) CI and resolution."""
     per_question = sum(w * m.mean(axis=0) for w, m in zip(weights, cells))
+    q = stats.bootstrap_mean_ci(per_question, **boot)
     se = stats.mean_standard_error(per_question)
-    entry = {"value": question_ci.estimate, "ci": _ci(question_ci), "se": se, "mde": multiplier * se}
+    entry = {"value": q.estimate, "ci": _ci(q), "se": se, "mde": multiplier * se}
     if any(m.shape[0] > 1 for m in cells):
         two = stats.two_level_bootstrap_ci(cells, weights, **boot)
         entry.update(ci_two_level=_ci(two), se_two_level=two.se, mde_two_level=multiplier * two.se)
@@ -547,14 +547,10 @@ def summarize(
         matched = _matched([seeds[interaction[c]] for c in INTERACTION_CELLS])
         for table_name, metric, questions in tables:
             cells = [_matrix(groups[interaction[c]], metric, questions) for c in INTERACTION_CELLS]
-            per_question = [m.mean(axis=0) for m in cells]
-            q = stats.interaction_ci(*per_question, **boot)
-            inter["metrics"][table_name] = _contrast_entry(cells, INTERACTION_WEIGHTS, q, boot, multiplier, matched)
+            inter["metrics"][table_name] = _contrast_entry(cells, INTERACTION_WEIGHTS, boot, multiplier, matched)
             for name, effect in MAIN_EFFECTS.items():
-                contrast = sum(w * v for w, v in zip(effect["weights"], per_question))
-                q = stats.bootstrap_mean_ci(contrast, **boot)
                 inter["main_effects"][name]["metrics"][table_name] = _contrast_entry(
-                    cells, effect["weights"], q, boot, multiplier, matched)
+                    cells, effect["weights"], boot, multiplier, matched)
 
     sampled = [m for m in metric_names if m == "sampled_pass@1" or m.startswith("pass@")]
     split = runs[0].manifest["split"]
