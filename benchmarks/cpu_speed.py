@@ -179,15 +179,24 @@ def per_rollout(result: dict) -> dict[str, float]:
             "onpolicy_logp_abs_diff_mean": statistics.fmean(gaps) if gaps else None}
 
 
-def part_rollout(base: dict) -> dict:
+def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",)) -> dict:
+    """fp32 and bf16 on 1 and 2 threads, for each attention kernel (``model.config.attn_implementation``;
+    rows are named ``precision/threads`` for sdpa, ``precision/threads/eager`` otherwise), each against
+    fp32 sdpa on the same threads."""
     table = {}
-    for bf16 in (False, True):
-        for threads in (1, 2):
-            result = run_child("rollout", {**base, "bf16": bf16}, threads)
-            table[f"{'bf16' if bf16 else 'fp32'}/{threads}t"] = {**per_rollout(result),
-                                                                 "mixed_precision": result["mixed_precision"]}
+    for attention in attentions:
+        for bf16 in (False, True):
+            for threads in (1, 2):
+                config = {**base, "bf16": bf16,
+                          "overrides": [*base["overrides"], f"model.config.attn_implementation={attention}"]}
+                result = run_child("rollout", config, threads)
+                name = f"{'bf16' if bf16 else 'fp32'}/{threads}t" + ("" if attention == "sdpa" else f"/{attention}")
+                table[name] = {**per_rollout(result), "mixed_precision": result["mixed_precision"],
+                               "attention": attention}
+    baseline = {name.split("/")[1]: r["rollout_s"] for name, r in table.items() if name.count("/") == 1
+                and name.startswith("fp32")}
     rows = [[name, f"{r['generation_s']:.2f}", f"{r['update_s']:.2f}", f"{r['rollout_s']:.2f}",
-             f"{table['fp32/' + name.split('/')[1]]['rollout_s'] / r['rollout_s']:.2f}x",
+             f"{baseline[name.split('/')[1]] / r['rollout_s']:.2f}x" if baseline else "-",
              "-" if r["onpolicy_logp_abs_diff_mean"] is None else f"{r['onpolicy_logp_abs_diff_mean']:.1e}"]
             for name, r in table.items()]
     print_table(f"Seconds per rollout ({Path(base['recipe']).name}, frozen)",
@@ -324,6 +333,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "recipe; recipes/demo/rl_replay.yaml is the demo's default, K = 4 as 4 minibatches)")
     parser.add_argument("--steps", type=int, default=5,
                         help="optimizer steps per training configuration (rollouts x K; K = 1: rollouts)")
+    parser.add_argument("--attention", default="sdpa",
+                        help="comma-separated attention kernels the rollout part measures: sdpa, eager "
+                             "(model.config.attn_implementation)")
     parser.add_argument("--eval-questions", type=int, default=600)
     parser.add_argument("--eval-batch-sizes", default="50,150,300,600")
     parser.add_argument("--output", default=None)
@@ -354,7 +366,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         base = {"recipe": paths["recipe"], "overrides": paths["overrides"], "steps": steps}
         results: dict[str, Any] = {}
         if "rollout" in parts:
-            results["rollout"] = part_rollout(base)
+            results["rollout"] = part_rollout(base, tuple(a for a in args.attention.split(",") if a))
         if "jobs" in parts:
             results["jobs"] = part_jobs(base, bf16=cpu_bf16_instructions()[0])  # what training.bf16: auto picks
         if "matmul" in parts:

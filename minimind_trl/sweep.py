@@ -19,14 +19,16 @@ For every seed, then every condition, the sweep trains the recipe in a fresh pro
 
     minimind-trl train RECIPE --output-dir OUT/runs/<protocol>/<condition>-seed<S>
         --set data.path=SPLIT_DIR --set model.path=CHECKPOINT --set model.preset=null
-        --set model.native=null --set model.config={} --set seed=S [--set KEY=VALUE ...]
+        --set model.native=null --set model.config={} [--set model.config.attn_implementation=A]
+        --set seed=S [--set KEY=VALUE ...]
 
-(prefixed by ``--launcher`` for multi-process training, e.g. ``"accelerate launch --config_file
-accelerate_configs/multi_gpu.yaml"``: the command becomes ``LAUNCHER -m minimind_trl.cli train
-...``), then evaluates the SFT baseline and every completed run's ``final/`` greedily on the test
-split (``minimind-trl eval``), then writes ``minimind-trl summarize`` (baseline ``sft``; for e2 also
-the 2x2 interaction, when the e1 ``grpo`` and ``dr_grpo`` cells of the same seeds were evaluated in
-the same OUT) and ``minimind-trl plot``.
+(A when the recipe's own ``model.config`` names the attention kernel, which holds for any start;
+the user's ``--set`` items come last and win; the command is prefixed by ``--launcher`` for
+multi-process training, e.g. ``"accelerate launch --config_file accelerate_configs/multi_gpu.yaml"``:
+``LAUNCHER -m minimind_trl.cli train ...``), then evaluates the SFT baseline and every completed
+run's ``final/`` greedily on the test split (``minimind-trl eval``), then writes ``minimind-trl
+summarize`` (baseline ``sft``; for e2 also the 2x2 interaction, when the e1 ``grpo`` and
+``dr_grpo`` cells of the same seeds were evaluated in the same OUT) and ``minimind-trl plot``.
 
 Layout of ``OUT``::
 
@@ -121,6 +123,7 @@ from minimind_trl.subprocess_runner import run_cli
 from minimind_trl.targets import OutputTargetError, check_output_folder
 from minimind_trl.trainer import build
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256
+from minimind_trl.trainer.recipe_schema import PATH_MODEL_CONFIG_KEYS
 
 PROTOCOLS: dict[str, tuple[str, ...]] = {
     "e1": ("grpo", "cispo", "dr_grpo", "gspo"),
@@ -439,14 +442,25 @@ def resolve_conditions(protocol: str, recipes: str | None,
     return name, folder, conditions
 
 
-def sweep_overrides(data: str, sft: str, seed: int, user: list[str]) -> list[str]:
-    """The ``--set`` values of one condition: data, start checkpoint, seed, then the user's."""
+def sweep_overrides(data: str, sft: str, seed: int, user: list[str], start: list[str] | tuple = ()) -> list[str]:
+    """The ``--set`` values of one condition: data, start checkpoint (and ``start``: what of the
+    recipe's model.config holds for it, :func:`start_overrides`), seed, then the user's."""
     for text in user:
         key = text.partition("=")[0].strip()
         if key == "seed":
             raise SweepError("--set seed=...: use --seeds")
     return [f"data.path={data}", f"model.path={sft}", "model.preset=null", "model.native=null", "model.config={}",
-            f"seed={seed}", *user]
+            *start, f"seed={seed}", *user]
+
+
+def start_overrides(recipe_file: str | Path) -> list[str]:
+    """``--set`` items that carry the recipe's own ``model.config`` keys which hold for any start
+    checkpoint (``PATH_MODEL_CONFIG_KEYS``: the attention kernel) past the sweep's ``model.config={}``."""
+    try:
+        config = load_recipe(recipe_file)["model"]["config"]
+    except (RecipeError, OSError):
+        return []  # the pre-flight check loads the recipe again and names the problem
+    return [f"model.config.{key}={config[key]}" for key in PATH_MODEL_CONFIG_KEYS if key in config]
 
 
 def condition_overrides(plan: Plan, cond: Condition) -> list[str]:
@@ -454,7 +468,8 @@ def condition_overrides(plan: Plan, cond: Condition) -> list[str]:
     a stage's (no seed) are all its own."""
     if cond.seed is None:
         return list(cond.overrides)
-    return [*sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides), *cond.overrides]
+    return [*sweep_overrides(plan.data, plan.sft, cond.seed, plan.overrides, start_overrides(cond.recipe)),
+            *cond.overrides]
 
 
 # ----------------------------------------------------------------------------------- planning

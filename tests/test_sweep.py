@@ -26,6 +26,7 @@ from minimind_trl.data.generator import generate_tasks
 from minimind_trl.data.splits import prepare_splits
 from minimind_trl.fsio import write_json_atomic, write_jsonl_atomic
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, save_for_hub
+from minimind_trl.trainer.recipe import load_recipe
 from minimind_trl.trainer.recorder import read_metrics
 from minimind_trl.trainer.run import read_status
 
@@ -179,6 +180,25 @@ def test_pre_manifest_leftovers_are_cleared_and_dry_run_plans(setup, tmp_path, c
     differs = [line for line in lines if line.startswith("  differs")]
     assert "objective.preset='grpo'" in differs[1] and "nothing (it is the first)" in differs[0]
     assert lines[-1] == "pre-flight: 0 problem(s)"
+
+
+def test_a_recipe_s_attention_kernel_survives_the_start_checkpoint_and_the_user_s_set_wins(setup, tmp_path):
+    """The sweep swaps a recipe's model for its --sft folder (model.config={}), but keeps the attention
+    kernel the recipe names; a --set of the user's comes after it."""
+    root, protocol, sft = setup
+    folder = tmp_path / "eager_protocol"
+    folder.mkdir()
+    raw = yaml.safe_load((protocol / "grpo.yaml").read_text(encoding="utf-8"))
+    raw["model"]["config"] = {"attn_implementation": "eager", "hidden_size": 64}
+    (folder / "grpo.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    argv = [str(folder), "--data", str(root / "splits"), "--sft", str(sft), *EVAL]
+    for extra, expected in (([], "eager"), (["--set", "model.config.attn_implementation=sdpa"], "sdpa")):
+        args = sweep._parser().parse_args([*argv, "--output-dir", str(tmp_path / f"out-{expected}"), *extra])
+        plan = sweep.plan_sweep(args)
+        cond = plan.conditions[0]
+        recipe = load_recipe(cond.recipe, sweep.condition_overrides(plan, cond))
+        assert recipe["model"]["config"] == {"attn_implementation": expected}
+        assert recipe["model"]["path"] == str(sft) and recipe["model"]["preset"] is None
 
 
 def test_dry_run_preflight_names_problems_and_exits_2(setup, tmp_path, capsys):

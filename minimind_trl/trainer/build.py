@@ -71,7 +71,8 @@ def build_model(spec: dict, head: str = "causal_lm"):
         if spec["path"] is not None:
             if not Path(spec["path"]).is_dir():
                 raise RecipeError(f"recipe: model.path: no such folder {spec['path']}")
-            model = AutoModelForSequenceClassification.from_pretrained(spec["path"], num_labels=1, dtype=dtype)
+            model = AutoModelForSequenceClassification.from_pretrained(spec["path"], num_labels=1, dtype=dtype,
+                                                                       **spec["config"])
             model.config.auto_map = None  # the causal LM's remote-code entries name no classifier: drop them
             return model
         config = get_preset(spec["preset"], **spec["config"])
@@ -80,7 +81,7 @@ def build_model(spec: dict, head: str = "causal_lm"):
     if spec["path"] is not None:
         if not Path(spec["path"]).is_dir() and not _REPO_ID.fullmatch(spec["path"]):
             raise RecipeError(f"recipe: model.path: no such folder {spec['path']}")
-        return AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype, **spec["config"])  # attention only
     if spec["native"] is not None and not Path(spec["native"]).is_file():
         raise RecipeError(f"recipe: model.native: no such file {spec['native']}")
     config = get_preset(spec["preset"], **spec["config"])

@@ -36,10 +36,12 @@ from minimind_trl.modeling import PRESETS as MODEL_PRESETS, get_preset
 from minimind_trl.trainer.kinds import TrainingKind, get_kind, registered_kinds
 from minimind_trl.trainer.precision import AUTO as AUTO_PRECISION
 from minimind_trl.trainer.recipe_schema import (
+    ATTN_IMPLEMENTATIONS,
     BOOLEAN,
     MAX_BATCH_ROWS,
     MODEL_DTYPES,
     NAME,
+    PATH_MODEL_CONFIG_KEYS,
     REQUIRED,
     STRING,
     RecipeError,
@@ -402,8 +404,8 @@ def _check_model(model: dict) -> None:
                           "(model.native, an upstream .pth, takes its config from model.preset)")
     if model["native"] is not None and model["preset"] is None:
         raise RecipeError("recipe: model.native needs model.preset for the checkpoint's config")
-    if model["config"] and model["path"] is not None:
-        raise RecipeError("recipe: model.config overrides apply to model.preset only")
+    if model["path"] is not None and model["config"]:
+        _check_path_model_config(model["config"])
     if not isinstance(model["dtype"], str) or model["dtype"] not in MODEL_DTYPES:
         raise RecipeError(f"recipe: model.dtype must be float32, bfloat16 or float16, got {model['dtype']!r}")
     for key in ("path", "native"):
@@ -420,6 +422,22 @@ def _check_model(model: dict) -> None:
         get_preset(model["preset"], **model["config"])
     except (ValueError, TypeError) as exc:
         raise RecipeError(f"recipe: model.config: {one_line(exc).removeprefix('get_preset: ')}") from None
+
+
+def _check_path_model_config(config: Any) -> None:
+    """With ``model.path`` the folder's config.json fixes the architecture; ``model.config`` may only
+    choose how attention runs (``PATH_MODEL_CONFIG_KEYS``), one of the two the prefix-shared pass
+    implements (``ATTN_IMPLEMENTATIONS``)."""
+    if not isinstance(config, dict):
+        raise RecipeError(f"recipe: model.config must be a mapping of config fields, got {config!r}")
+    other = sorted(set(config) - set(PATH_MODEL_CONFIG_KEYS))
+    if other:
+        raise RecipeError(f"recipe: model.config with model.path takes only {', '.join(PATH_MODEL_CONFIG_KEYS)} "
+                          f"(the folder's config.json fixes the architecture), got {other}")
+    value = config["attn_implementation"]
+    if value not in ATTN_IMPLEMENTATIONS:
+        raise RecipeError(f"recipe: model.config.attn_implementation must be one of "
+                          f"{', '.join(ATTN_IMPLEMENTATIONS)}, got {value!r}")
 
 
 def _check_training(training: dict, kind: TrainingKind) -> dict:

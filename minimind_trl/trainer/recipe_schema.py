@@ -43,6 +43,10 @@ MAX_BATCH_ROWS = 16_384
 
 # model.dtype -> the torch dtype the weights are loaded in (mixed precision is training.bf16)
 MODEL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# model.config keys a model.path recipe may set: how the loaded model runs, not what it is
+PATH_MODEL_CONFIG_KEYS = ("attn_implementation",)
+# the attention kernels the prefix-shared policy pass implements (trainer/policy_pass.py)
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 
 def one_line(exc: BaseException) -> str:

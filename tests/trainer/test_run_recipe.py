@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
-from helpers import tiny_tokenizer, tiny_tokenizer_path
+from helpers import tiny_model, tiny_tokenizer, tiny_tokenizer_path
 
 from minimind_trl.conversation import task_prompt
 from minimind_trl.data.generator import generate_tasks
@@ -15,6 +16,7 @@ from minimind_trl.data.gold import gold_trajectory
 from minimind_trl.envs.tools import default_registry
 from minimind_trl.fsio import write_jsonl_atomic
 from minimind_trl.trainer import cli
+from minimind_trl.trainer.build import build_model
 from minimind_trl.trainer.kinds.grpo import grpo_config, grpo_dataset
 from minimind_trl.trainer.kinds.sft import sft_dataset
 from minimind_trl.trainer.recipe import RecipeError, load_recipe, recipe_sha256, validate_recipe
@@ -54,6 +56,10 @@ def test_defaults_are_filled_and_the_hash_is_stable(tmp_path):
         ({"training": {"beta": 0.1}}, "objective.beta"),
         ({"sft": {"max_length": 10}}, "section 'sft' is not used by kind 'grpo'"),
         ({"model": {"preset": "tiny", "path": "x"}}, "exactly one of model.preset or model.path"),
+        ({"model": {"path": "x", "config": {"hidden_size": 64}}},
+         "model.config with model.path takes only attn_implementation"),
+        ({"model": {"path": "x", "config": {"attn_implementation": "flash_attention_2"}}},
+         "model.config.attn_implementation must be one of sdpa, eager, got 'flash_attention_2'"),
         ({"rewards": []}, "rewards must be a non-empty list"),
         ({"rewards": [{"name": "a", "wieght": 1}]}, "unknown key rewards.0.wieght"),
         ({"data": {"split": "train"}}, "data.path is required"),
@@ -63,6 +69,22 @@ def test_defaults_are_filled_and_the_hash_is_stable(tmp_path):
 def test_invalid_recipes_name_the_key(tmp_path, change, message):
     with pytest.raises(RecipeError, match=message.replace(".", r"\.")):
         load_recipe(write(tmp_path, {**BASE, **change}))
+
+
+def test_a_model_folder_runs_with_the_attention_its_recipe_names(tmp_path):
+    """model.config of a model.path recipe chooses the attention kernel only; the weights are the folder's."""
+    folder = tmp_path / "start"
+    saved = tiny_model()
+    saved.save_pretrained(folder)
+    spec = {**BASE["model"], "preset": None, "path": str(folder)}
+    for attention in ("eager", "sdpa"):
+        override = f"model.config.attn_implementation={attention}"
+        recipe = load_recipe(write(tmp_path, {**BASE, "model": spec}), [override])
+        assert recipe["model"]["config"] == {"attn_implementation": attention}
+        model = build_model(recipe["model"])
+        assert model.config._attn_implementation == attention
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), saved.state_dict().values()))
+    assert build_model({**recipe["model"], "config": {}}).config._attn_implementation == "sdpa"  # the default
 
 
 def test_set_overrides_parse_yaml_values_and_are_validated(tmp_path):

@@ -24,6 +24,7 @@ from minimind_trl.metric_names import (
     MOE_ROUTER_ENTROPY,
     moe_layer_key,
 )
+from minimind_trl.modeling import MiniMindForCausalLM, get_preset
 from minimind_trl.objectives import compute_advantages
 from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.grpo_trainer import _regroup_by_prompt
@@ -157,6 +158,20 @@ def test_update_zero_ratio_is_exactly_one_under_bf16_autocast(tmp_path, prefix_s
             assert torch.equal(decode_model.eval()(ids).logits, expected)
             trainer.model.lm_head.weight.add_(1.0)
             assert torch.equal(decode_model(ids).logits, expected)
+
+
+def test_eager_attention_keeps_update_zero_exact_under_bf16_autocast(tmp_path):
+    """``model.config.attn_implementation: eager`` (the block attention's eager kernel in the shared
+    pass): the old log-probs and update 0 still share their numerics, so its ratio is exactly 1."""
+    torch.manual_seed(0)
+    model = MiniMindForCausalLM(get_preset("tiny", attn_implementation="eager"))
+    trainer = make_trainer(tmp_path, model=model, max_steps=2, num_iterations=2, bf16=True,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2, prefix_sharing=True)
+    trainer.train()
+    assert trainer.model.config._attn_implementation == "eager"
+    first, second = read_metrics(tmp_path / "metrics.jsonl")
+    assert first["max_abs_log_ratio"] == 0.0 and first["clip_fraction"] == 0.0 and first["ratio_ess"] == 1.0
+    assert second["max_abs_log_ratio"] > 0.0
 
 
 def test_fp32_decodes_with_the_model_itself(tmp_path):
