@@ -135,7 +135,8 @@ DEFAULT = Experiment(
     shows=("the four objectives as four algorithms under replay (K = 4 updates per rollout as 4 minibatches, "
            "recipes/demo/rl_replay.yaml), each against the SFT start on the 600 test questions with two-level "
            "CIs over 3 RL seeds: on two starts each rose +0.03 to +0.05 (CIs above zero but GSPO's on the first, at "
-           "zero), where K = 1 gained about +0.01, not resolved (docs/demo_results.md, replay study 4a)"),
+           "zero); K = 1 GRPO gained +0.007 on the first start (not resolved) and +0.042 on the second, as much as "
+           "replay (docs/demo_results.md, replay study 4a)"),
     arms=objective_arms(OBJECTIVES, "rl_replay.yaml"),
     seeds=3,
     eval_questions=600,
@@ -144,7 +145,7 @@ K1 = Experiment(
     name="k1_two_algorithms",
     shows=("the two algorithms that differ at K = 1 (recipes/demo/rl.yaml): GRPO (z-scored advantage, "
            "per-sequence mean) and Dr.GRPO (centred advantage, fixed-length sum); at K = 1 every ratio is 1, so "
-           "CISPO and GSPO would repeat GRPO's gradient. It gained +0.04 on one start and about +0.01, not "
+           "CISPO and GSPO would repeat GRPO's gradient. GRPO gained +0.04 on two starts and +0.01 to +0.02, not "
            "resolved, on two others (docs/demo_results.md)"),
     arms=objective_arms(("grpo", "dr_grpo"), "rl.yaml"),
     seeds=3,
