@@ -193,10 +193,12 @@ def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",)) -> dict:
                 name = f"{'bf16' if bf16 else 'fp32'}/{threads}t" + ("" if attention == "sdpa" else f"/{attention}")
                 table[name] = {**per_rollout(result), "mixed_precision": result["mixed_precision"],
                                "attention": attention}
-    baseline = {name.split("/")[1]: r["rollout_s"] for name, r in table.items() if name.count("/") == 1
-                and name.startswith("fp32")}
+    def versus_fp32(name: str, seconds: float) -> str:
+        fp32 = table.get("fp32/" + name.split("/")[1])  # fp32 SDPA on the same threads, if measured
+        return f"{fp32['rollout_s'] / seconds:.2f}x" if fp32 else "-"
+
     rows = [[name, f"{r['generation_s']:.2f}", f"{r['update_s']:.2f}", f"{r['rollout_s']:.2f}",
-             f"{baseline[name.split('/')[1]] / r['rollout_s']:.2f}x" if baseline else "-",
+             versus_fp32(name, r["rollout_s"]),
              "-" if r["onpolicy_logp_abs_diff_mean"] is None else f"{r['onpolicy_logp_abs_diff_mean']:.1e}"]
             for name, r in table.items()]
     print_table(f"Seconds per rollout ({Path(base['recipe']).name}, frozen)",

@@ -442,7 +442,7 @@ def resolve_conditions(protocol: str, recipes: str | None,
     return name, folder, conditions
 
 
-def sweep_overrides(data: str, sft: str, seed: int, user: list[str], start: list[str] | tuple = ()) -> list[str]:
+def sweep_overrides(data: str, sft: str, seed: int, user: list[str], start: list[str] | None = None) -> list[str]:
     """The ``--set`` values of one condition: data, start checkpoint (and ``start``: what of the
     recipe's model.config holds for it, :func:`start_overrides`), seed, then the user's."""
     for text in user:
@@ -450,7 +450,7 @@ def sweep_overrides(data: str, sft: str, seed: int, user: list[str], start: list
         if key == "seed":
             raise SweepError("--set seed=...: use --seeds")
     return [f"data.path={data}", f"model.path={sft}", "model.preset=null", "model.native=null", "model.config={}",
-            *start, f"seed={seed}", *user]
+            *(start or []), f"seed={seed}", *user]
 
 
 def start_overrides(recipe_file: str | Path) -> list[str]:
