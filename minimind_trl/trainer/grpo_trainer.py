@@ -405,15 +405,32 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
             batch[_VALID_ROWS_FIELD], batch[_ACTION_TOKENS_FIELD] = totals[m, 0], totals[m, 1]
             batch[_LOCAL_ROWS_FIELD] = local[m, 2]
 
+    def _old_pass_indices(self, count: int) -> range:
+        """The buffer's micro-batches that need the separate old-log-prob pass: those first served
+        after an optimizer step. Update 0's own micro-batches (buffer ``0 .. GA-1``: the whole
+        rollout in the E form, minibatch 0 in the M form) run before the policy moves, so their
+        update-0 forward *is* their old log-probs and :meth:`_compute_loss` keeps it. A rollout
+        regenerated mid-replay (resume) and MoE models (whose old pass also records router choices)
+        take the pass for every micro-batch."""
+        if self.step_state.position.update != 0 or self.router_recorder is not None:
+            return range(count)
+        return range(min(self.args.gradient_accumulation_steps, count), count)
+
     @torch.no_grad()
     def _freeze_old_logps(self, micro_batches: list[dict[str, Any]]) -> None:
-        """Old log-probs (and router choices) of the not yet updated policy, per training micro-batch."""
+        """Old log-probs (and router choices) of the not yet updated policy, per training micro-batch
+        of :meth:`_old_pass_indices` (no entropies: nothing reads them)."""
         if self.args.updates_per_rollout == 1:
             return  # the single update uses per_token_logps.detach(): ratio exactly 1
+        indices = self._old_pass_indices(len(micro_batches))
+        if not indices:
+            return  # E form: update 0 serves every micro-batch and records its own
         start = time.perf_counter()
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            for batch in micro_batches:
-                logps, _, _, router = self._policy_forward(self.model_wrapped, batch, keep_topk=True)
+            for index in indices:
+                batch = micro_batches[index]
+                logps, _, _, router = self._policy_forward(self.model_wrapped, batch, keep_topk=True,
+                                                           compute_entropy=False)
                 batch["old_per_token_logps"] = logps
                 if router is not None:
                     batch["old_router_topk"] = router
@@ -421,10 +438,11 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
 
     # ------------------------------------------------------------------ update
 
-    def _policy_forward(self, model, inputs, keep_topk: bool = False):
-        """The one forward both passes use: (logps [B,C], entropies [B,C], aux, router topk or counts)."""
+    def _policy_forward(self, model, inputs, keep_topk: bool = False, compute_entropy: bool = True):
+        """The one forward both passes use: (logps [B,C], entropies [B,C] or None, aux, router topk
+        or counts). Entropies or not, the log-probs are the same numbers (tested)."""
         if self.args.prefix_sharing:
-            return self._shared_policy_forward(model, inputs, keep_topk)
+            return self._shared_policy_forward(model, inputs, keep_topk, compute_entropy)
         input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)  # [B, P+C]
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)  # [B, P+C]
         logits_to_keep = inputs["completion_ids"].size(1)
@@ -436,7 +454,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 input_ids,
                 attention_mask,
                 logits_to_keep,
-                compute_entropy=True,
+                compute_entropy=compute_entropy,
                 compute_aux_loss=self.aux_loss_enabled,
             )
         router = None
@@ -451,7 +469,7 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
                 router = recorder.counts(router_logits, attention_mask, positions, inputs.get("old_router_topk"))
         return logps, entropies, aux, router
 
-    def _shared_policy_forward(self, model, inputs, keep_topk: bool):
+    def _shared_policy_forward(self, model, inputs, keep_topk: bool, compute_entropy: bool = True):
         """:meth:`_policy_forward` through the prefix-shared pass; router statistics weighted per row."""
         layout = build_layout(inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"],
                               inputs["completion_mask"])
@@ -461,7 +479,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         recorder = self.router_recorder
         capture = recorder.capture() if recorder is not None else contextlib.nullcontext(None)
         with capture as router_logits:
-            out = self._shared_pass(model, layout, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled)
+            out = self._shared_pass(model, layout, compute_entropy=compute_entropy,
+                                    compute_aux_loss=self.aux_loss_enabled)
         router = None
         if router_logits:
             if keep_topk:
@@ -510,7 +529,10 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         mask = self._action_mask(inputs).bool()  # [B, C]
         logps, entropies, aux, router = self._policy_forward(model, inputs)
         old = inputs.get("old_per_token_logps")
-        old = logps.detach() if old is None else old
+        if old is None:  # K = 1, evaluation, or update 0 of a micro-batch the old pass left out
+            old = logps.detach()
+            if self.model.training and self.args.updates_per_rollout > 1:
+                inputs["old_per_token_logps"] = old  # the buffered micro-batch: later updates replay it
         batch = PolicyBatch(logps, old, inputs["advantages"], mask, inputs.get("ref_per_token_logps"))
         totals = None  # evaluation: this batch alone
         if _VALID_ROWS_FIELD in inputs:  # training: rollout-wide weights

@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 from helpers import make_trainer
 
 from minimind_trl.trainer.config import MiniMindGRPOConfig
@@ -126,3 +127,67 @@ def test_the_config_names_the_replay(tmp_path):
     trainer = make_trainer(tmp_path, max_steps=1, num_iterations=3, minibatches=2, per_device_train_batch_size=4)
     assert trainer.args.replay_dict() == {"passes": 3, "minibatches": 2, "updates_per_rollout": 6}
     assert trainer.args.steps_per_generation == 2 and trainer.args.generation_batch_size == 8
+
+
+_NOT_TIMINGS = ("rollout_seconds", "old_logp_seconds", "update_seconds", "update_tokens_per_second",
+                "generation_tokens_per_second", "step_time")
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("form", [
+    {"num_iterations": 2, "max_steps": 4},
+    {"minibatches": 2, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2, "max_steps": 4},
+    {"num_iterations": 2, "minibatches": 2, "per_device_train_batch_size": 4, "max_steps": 8},
+], ids=["passes", "minibatches", "both"])
+def test_update_zero_keeping_its_own_log_probs_is_exactly_the_separate_old_pass(tmp_path, form, bf16):
+    """Update 0's micro-batches skip the old-log-prob pass and keep their own update-0 log-probs
+    (the whole rollout in the E form, minibatch 0 in the M form): every record and every weight
+    after two rollouts equals the run where the old pass scores every micro-batch."""
+    runs = {}
+    for name in ("kept", "separate"):
+        trainer = make_trainer(tmp_path / name, bf16=bf16, **form)  # two rollouts
+        if name == "separate":
+            trainer._old_pass_indices = lambda count: range(count)
+        scored = []
+        forward = trainer._policy_forward
+
+        def spy(model, inputs, keep_topk=False, compute_entropy=True, forward=forward, scored=scored):
+            scored.append(keep_topk)  # keep_topk marks the old pass
+            return forward(model, inputs, keep_topk=keep_topk, compute_entropy=compute_entropy)
+
+        trainer._policy_forward = spy
+        trainer.train()
+        runs[name] = (read_metrics(tmp_path / name / "metrics.jsonl"), trainer.model.state_dict(), sum(scored))
+    (kept, kept_weights, kept_old), (separate, separate_weights, separate_old) = runs["kept"], runs["separate"]
+    micro_batches = trainer.args.steps_per_generation  # per rollout
+    accumulation = trainer.args.gradient_accumulation_steps
+    rollouts = 1 + max(r["rollout"] for r in kept)
+    assert separate_old == rollouts * micro_batches and kept_old == rollouts * (micro_batches - accumulation)
+    assert [set(r) for r in kept] == [set(r) for r in separate]
+    for a, b in zip(kept, separate):
+        for key in a:
+            if key not in _NOT_TIMINGS:
+                assert a[key] == b[key], (a["step"], key)
+    assert kept[0]["max_abs_log_ratio"] == 0.0 and kept[1]["max_abs_log_ratio"] > 0.0
+    if kept_old == 0:  # E form: no separate pass at all
+        assert all(r["old_logp_seconds"] == 0.0 for r in kept)
+    for key, weight in separate_weights.items():
+        assert torch.equal(kept_weights[key], weight), key
+
+
+@pytest.mark.parametrize("prefix_sharing", [True, False], ids=["shared_pass", "plain_pass"])
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_the_old_pass_gives_the_update_forwards_log_probs_bit_for_bit(tmp_path, prefix_sharing, bf16):
+    """The old pass (no grad, no entropies) and the update's forward (grad, entropies) on the same
+    weights give identical log-probs: what makes a kept update-0 forward and a separate pass the
+    same numbers, and update 0's ratio exactly 1."""
+    trainer = make_trainer(tmp_path, max_steps=1, num_iterations=2, bf16=bf16, prefix_sharing=prefix_sharing,
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    trainer.train()
+    model = trainer.model_wrapped
+    for batch in trainer._buffered_inputs:
+        with torch.no_grad():
+            old, no_entropy, _, _ = trainer._policy_forward(model, batch, keep_topk=True, compute_entropy=False)
+        new, entropy, _, _ = trainer._policy_forward(model, batch)
+        assert no_entropy is None and entropy is not None and new.requires_grad
+        assert torch.equal(old, new.detach())

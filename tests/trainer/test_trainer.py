@@ -51,7 +51,8 @@ def test_update_zero_ratio_is_exactly_one_and_later_updates_move(k4_run):
             assert row["max_abs_log_ratio"] == 0.0
             assert row["ratio_min"] == row["ratio_max"] == 1.0
             assert row["clip_fraction"] == 0.0
-            assert row["rollout_seconds"] > 0 and row["old_logp_seconds"] > 0  # generated, then froze
+            assert row["rollout_seconds"] > 0  # generated
+            assert row["old_logp_seconds"] == 0.0  # E form: update 0 keeps its own log-probs, no old pass
         else:
             assert row["max_abs_log_ratio"] > 0.0
             assert row["rollout_seconds"] == row["old_logp_seconds"] == 0.0  # replay: no generation
