@@ -8,6 +8,11 @@ rollout samples the start's policy and all configurations do comparable work):
 * ``rollout``    seconds per rollout (generation: the trainer's ``rollout_seconds``; update:
                  ``update_seconds``; medians over the rollouts after the first) for fp32 and bf16
                  (``training.bf16``) on 1 and 2 threads;
+* ``oldpass``    the old-log-prob pass of one replay rollout, in one process, alternating: the
+                 separate pass over every micro-batch with entropies (before session 22) against
+                 this code's (update 0's micro-batches keep their own log-probs; no entropies),
+                 bf16 as ``training.bf16: auto`` picks, 1 and 2 threads; medians of 5 repeats,
+                 and each one's share of the rollout measured in the same process;
 * ``jobs``       one 2-thread job against two 1-thread jobs side by side (``sweep --jobs 2``):
                  rollouts per minute of the machine;
 * ``matmul``     GFLOP/s of the demo model's MLP and LM-head matmuls, fp32 and bf16, 1 and 2 threads
@@ -47,7 +52,7 @@ from _common import REPO, environment, print_table, write_json  # noqa: E402
 
 from minimind_trl.trainer.precision import cpu_bf16_instructions  # noqa: E402
 
-PARTS = ("rollout", "jobs", "matmul", "profile", "eval", "projection")
+PARTS = ("rollout", "oldpass", "jobs", "matmul", "profile", "eval", "projection")
 FULL_DEMO = {"runs": 12, "rollouts": 60, "evaluations": 13, "questions": 600}  # demo --full-rl, K = 1
 REFERENCE_PRETRAIN_SFT_S = 447.0 + 144.0  # minimind_trl.demo.REFERENCE_SECONDS: pretrain + SFT
 OP_GROUPS = {  # profiler op name -> group (first match by substring)
@@ -104,6 +109,39 @@ def child_rollout(config: dict) -> dict:
         records = read_metrics(Path(out) / "metrics.jsonl")
     return {"threads": torch.get_num_threads(), "mixed_precision": trainer.accelerator.mixed_precision,
             "wall_s": wall, "steps": [{k: r.get(k) for k in STEP_FIELDS} for r in records], "profile": groups}
+
+
+def child_oldpass(config: dict) -> dict:
+    """Train ``config['steps']`` frozen steps, then time the old-log-prob pass over the last
+    rollout's buffer both ways, alternating (``config['repeats']`` each): ``separate`` scores every
+    micro-batch with entropies, ``kept`` only those first served after an optimizer step (what
+    :meth:`_freeze_old_logps` runs now)."""
+    from minimind_trl.trainer import build
+    from minimind_trl.trainer.recorder import read_metrics
+
+    recipe = _recipe(config)
+    with tempfile.TemporaryDirectory() as out:
+        trainer_config = build.training_config(recipe, out)
+        rows, _ = build.load_split(recipe["data"])
+        trainer = build.build_trainer(recipe, trainer_config, build.build_model(recipe["model"]),
+                                      build.build_tokenizer(recipe), rows)
+        trainer.train()
+        records = read_metrics(Path(out) / "metrics.jsonl")
+    buffer, model = trainer._buffered_inputs, trainer.model_wrapped
+    kept = range(min(trainer.args.gradient_accumulation_steps, len(buffer)), len(buffer))
+    ways = {"separate": (range(len(buffer)), True), "kept": (kept, False)}
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    with torch.no_grad():
+        for _ in range(config["repeats"]):
+            for name, (indices, entropy) in ways.items():
+                started = time.perf_counter()
+                for index in indices:
+                    trainer._policy_forward(model, buffer[index], keep_topk=True, compute_entropy=entropy)
+                seconds[name].append(time.perf_counter() - started)
+    rollout = per_rollout({"steps": [{k: r.get(k) for k in STEP_FIELDS} for r in records]})["rollout_s"]
+    return {"threads": torch.get_num_threads(), "mixed_precision": trainer.accelerator.mixed_precision,
+            "micro_batches": len(buffer), "kept_micro_batches": len(kept), "rollout_s": rollout,
+            **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
 
 
 def _group_ops(averages) -> dict[str, float]:
@@ -203,6 +241,21 @@ def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",)) -> dict:
             for name, r in table.items()]
     print_table(f"Seconds per rollout ({Path(base['recipe']).name}, frozen)",
                 ["config", "generation s", "update s", "rollout s", "vs fp32", "sampler gap"], rows)
+    return table
+
+
+def part_oldpass(base: dict, bf16: bool, repeats: int) -> dict:
+    """:func:`child_oldpass` on 1 and 2 threads (one rollout: ``base['steps']`` is K)."""
+    table = {}
+    for threads in (1, 2):
+        result = run_child("oldpass", {**base, "bf16": bf16, "repeats": repeats}, threads)
+        table[f"{'bf16' if bf16 else 'fp32'}/{threads}t"] = result
+    rows = [[name, f"{r['kept_micro_batches']} of {r['micro_batches']}", f"{r['separate_s']:.3f}",
+             f"{r['kept_s']:.3f}", f"{r['separate_s'] - r['kept_s']:.3f}",
+             f"{(r['separate_s'] - r['kept_s']) / r['rollout_s']:.1%}"] for name, r in table.items()]
+    print_table(f"Old-log-prob pass per rollout ({Path(base['recipe']).name}; medians of {repeats}, alternating)",
+                ["config", "micro-batches scored now", "separate s", "this code s", "saved s",
+                 "saved / rollout"], rows)
     return table
 
 
@@ -346,7 +399,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = {"rollout": child_rollout, "eval": child_eval}[args.child](json.loads(args.config))
+        result = {"rollout": child_rollout, "oldpass": child_oldpass,
+                  "eval": child_eval}[args.child](json.loads(args.config))
         print(json.dumps(result))
         return result
     parts = [p for p in args.parts.split(",") if p]
@@ -369,6 +423,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results: dict[str, Any] = {}
         if "rollout" in parts:
             results["rollout"] = part_rollout(base, tuple(a for a in args.attention.split(",") if a))
+        if "oldpass" in parts:
+            results["oldpass"] = part_oldpass(base, bf16=cpu_bf16_instructions()[0], repeats=2 if args.quick else 5)
         if "jobs" in parts:
             results["jobs"] = part_jobs(base, bf16=cpu_bf16_instructions()[0])  # what training.bf16: auto picks
         if "matmul" in parts:

@@ -135,8 +135,8 @@ DEFAULT = Experiment(
     shows=("the four objectives as four algorithms under replay (K = 4 updates per rollout as 4 minibatches, "
            "recipes/demo/rl_replay.yaml), each against the SFT start on the 600 test questions with two-level "
            "CIs over 3 RL seeds: on two starts each rose +0.03 to +0.05 (CIs above zero but GSPO's on the first, at "
-           "zero); K = 1 GRPO gained +0.007 on the first start (not resolved) and +0.042 on the second, as much as "
-           "replay (docs/demo_results.md, replay study 4a)"),
+           "zero); K = 1 GRPO gained +0.007 on the first start (not resolved), +0.042 on the second (as much as "
+           "replay) and +0.055 on a third (replay +0.074 there) (docs/demo_results.md, replay study 4a)"),
     arms=objective_arms(OBJECTIVES, "rl_replay.yaml"),
     seeds=3,
     eval_questions=600,
