@@ -83,17 +83,22 @@ def _recipe(config: dict) -> dict:
     return load_recipe(config["recipe"], overrides)
 
 
-def child_rollout(config: dict) -> dict:
-    """Train ``config['steps']`` frozen steps; per step the trainer's own phase timings."""
+def _trainer(config: dict, out: str):
+    """The trainer a child runs: the resolved recipe's split, model and tokenizer, writing to ``out``."""
     from minimind_trl.trainer import build
-    from minimind_trl.trainer.recorder import read_metrics
 
     recipe = _recipe(config)
+    rows, _ = build.load_split(recipe["data"])
+    return build.build_trainer(recipe, build.training_config(recipe, out), build.build_model(recipe["model"]),
+                               build.build_tokenizer(recipe), rows)
+
+
+def child_rollout(config: dict) -> dict:
+    """Train ``config['steps']`` frozen steps; per step the trainer's own phase timings."""
+    from minimind_trl.trainer.recorder import read_metrics
+
     with tempfile.TemporaryDirectory() as out:
-        trainer_config = build.training_config(recipe, out)
-        rows, _ = build.load_split(recipe["data"])
-        trainer = build.build_trainer(recipe, trainer_config, build.build_model(recipe["model"]),
-                                      build.build_tokenizer(recipe), rows)
+        trainer = _trainer(config, out)
         profile = config.get("profile")
         started = time.perf_counter()
         if profile:
@@ -116,15 +121,10 @@ def child_oldpass(config: dict) -> dict:
     rollout's buffer both ways, alternating (``config['repeats']`` each): ``separate`` scores every
     micro-batch with entropies, ``kept`` only those first served after an optimizer step (what
     :meth:`_freeze_old_logps` runs now)."""
-    from minimind_trl.trainer import build
     from minimind_trl.trainer.recorder import read_metrics
 
-    recipe = _recipe(config)
     with tempfile.TemporaryDirectory() as out:
-        trainer_config = build.training_config(recipe, out)
-        rows, _ = build.load_split(recipe["data"])
-        trainer = build.build_trainer(recipe, trainer_config, build.build_model(recipe["model"]),
-                                      build.build_tokenizer(recipe), rows)
+        trainer = _trainer(config, out)
         trainer.train()
         records = read_metrics(Path(out) / "metrics.jsonl")
     buffer, model = trainer._buffered_inputs, trainer.model_wrapped
