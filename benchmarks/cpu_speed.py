@@ -128,6 +128,7 @@ def child_oldpass(config: dict) -> dict:
         trainer.train()
         records = read_metrics(Path(out) / "metrics.jsonl")
     buffer, model = trainer._buffered_inputs, trainer.model_wrapped
+    # what _old_pass_indices gives a dense model at update 0 (MoE models take the pass for every micro-batch)
     kept = range(min(trainer.args.gradient_accumulation_steps, len(buffer)), len(buffer))
     ways = {"separate": (range(len(buffer)), True), "kept": (kept, False)}
     seconds: dict[str, list[float]] = {name: [] for name in ways}

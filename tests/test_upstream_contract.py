@@ -143,8 +143,11 @@ CONTRACT: tuple[TouchPoint, ...] = (
       "spatial_shapes=None, num_tiles=None, image_sizes=None, token_type_ids=None, mm_token_type_ids=None, "
       "image_position_ids=None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]", GRPO,
       "TRL's log-prob pass on the prefix-shared pass"),
-    T(_GRPO, "_compute_loss", OVERRIDE, "(self, model, inputs)", GRPO, "our weighted objective",
-      evidence=((f"{_GRPO}.compute_loss", "self._compute_loss("),)),
+    T(_GRPO, "_compute_loss", OVERRIDE, "(self, model, inputs)", GRPO,
+      "our weighted objective; update 0 writes its log-probs into the buffered micro-batch it is served",
+      evidence=((f"{_GRPO}.compute_loss", "self._compute_loss("),
+                ("transformers.Trainer.training_step", "inputs = self._prepare_inputs(inputs)"),
+                ("transformers.Trainer.training_step", "self.compute_loss(model, inputs"))),
     T(_GRPO, "_get_grad_norm", OVERRIDE, "(self, model, grad_norm=None)", GRPO,
       "close the step; stop before a non-finite optimizer step",
       evidence=(("transformers.Trainer._run_epoch", "grad_norm = self._get_grad_norm(model, grad_norm=grad_norm)"),)),

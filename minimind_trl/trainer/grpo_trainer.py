@@ -16,11 +16,14 @@ What is overridden, and why (TRL 1.16):
   weighted reward sum (laid out group by group, all processes), and adds the rollout-wide counts
   the loss weighting needs.
 * ``_prepare_inputs``: when TRL has just generated and split a rollout, freezes the old
-  log-probs micro-batch by micro-batch, with exactly the forward call, rows, padding and dtype the
-  update pass will use, so update 0's ratio is exactly 1 (not only on CPU).
+  log-probs of the micro-batches first served after an optimizer step (``_old_pass_indices``),
+  with exactly the forward call, rows, padding and dtype the update pass will use, so the old
+  log-probs are the update's numbers (not only on CPU).
 * ``_compute_loss``: wires the micro-batch into :func:`minimind_trl.objectives.compute_weighted_loss`
-  (policy term, KL term and the split-invariant weighting live there; see "Weighting"). On a
-  rollout's update 0 it compares the sampling log-probs with the old ones (`on_policy_gap`).
+  (policy term, KL term and the split-invariant weighting live there; see "Weighting"). Update 0's
+  own micro-batches keep their update-0 log-probs as their old ones (written into TRL's buffered
+  micro-batch, which later updates are served), so update 0's ratio is exactly 1. On a rollout's
+  update 0 it compares the sampling log-probs with the old ones (`on_policy_gap`).
 * ``_get_per_token_logps_and_entropies`` (TRL's one log-prob function, also used for the
   reference model): with ``prefix_sharing`` the prefix-shared pass of
   :mod:`minimind_trl.trainer.policy_pass`, which the replay and the updates use as well.
@@ -532,6 +535,11 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
         if old is None:  # K = 1, evaluation, or update 0 of a micro-batch the old pass left out
             old = logps.detach()
             if self.model.training and self.args.updates_per_rollout > 1:
+                if self.step_state.position.update != 0:
+                    raise RuntimeError(
+                        f"update {self.step_state.position.update} of a rollout was served a micro-batch "
+                        "without old log-probs: the trainer relies on TRL serving its buffered "
+                        "micro-batch itself (TRL's _prepare_inputs), not a copy")
                 inputs["old_per_token_logps"] = old  # the buffered micro-batch: later updates replay it
         batch = PolicyBatch(logps, old, inputs["advantages"], mask, inputs.get("ref_per_token_logps"))
         totals = None  # evaluation: this batch alone

@@ -191,3 +191,13 @@ def test_the_old_pass_gives_the_update_forwards_log_probs_bit_for_bit(tmp_path, 
         new, entropy, _, _ = trainer._policy_forward(model, batch)
         assert no_entropy is None and entropy is not None and new.requires_grad
         assert torch.equal(old, new.detach())
+
+
+def test_a_copy_of_the_buffered_micro_batch_is_refused_not_replayed_at_ratio_one(tmp_path):
+    """Update 0 writes its log-probs into the micro-batch TRL serves; were a copy served (an
+    upstream change), update 1 would find none and silently see ratio 1: it stops instead."""
+    trainer = make_trainer(tmp_path, max_steps=2, num_iterations=2)
+    serve = trainer._prepare_inputs
+    trainer._prepare_inputs = lambda batch: dict(serve(batch)) if trainer.model.training else serve(batch)
+    with pytest.raises(RuntimeError, match="update 1 of a rollout was served a micro-batch without old log-probs"):
+        trainer.train()
