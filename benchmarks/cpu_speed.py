@@ -51,6 +51,7 @@ import torch  # noqa: E402
 from _common import REPO, environment, print_table, write_json  # noqa: E402
 
 from minimind_trl.trainer.precision import cpu_bf16_instructions  # noqa: E402
+from minimind_trl.trainer.rollout_state import ReplayPosition  # noqa: E402
 
 PARTS = ("rollout", "oldpass", "jobs", "matmul", "profile", "eval", "projection")
 FULL_DEMO = {"runs": 12, "rollouts": 60, "evaluations": 13, "questions": 600}  # demo --full-rl, K = 1
@@ -128,8 +129,8 @@ def child_oldpass(config: dict) -> dict:
         trainer.train()
         records = read_metrics(Path(out) / "metrics.jsonl")
     buffer, model = trainer._buffered_inputs, trainer.model_wrapped
-    # what _old_pass_indices gives a dense model at update 0 (MoE models take the pass for every micro-batch)
-    kept = range(min(trainer.args.gradient_accumulation_steps, len(buffer)), len(buffer))
+    trainer.step_state.position = ReplayPosition.of_micro_step(0, trainer.args)  # as when a rollout is frozen
+    kept = trainer._old_pass_indices(len(buffer))
     ways = {"separate": (range(len(buffer)), True), "kept": (kept, False)}
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     with torch.no_grad():
@@ -246,7 +247,8 @@ def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",)) -> dict:
 
 
 def part_oldpass(base: dict, bf16: bool, repeats: int) -> dict:
-    """:func:`child_oldpass` on 1 and 2 threads (one rollout: ``base['steps']`` is K)."""
+    """:func:`child_oldpass` on 1 and 2 threads (``base['steps']`` optimizer steps; the last
+    rollout's buffer is timed)."""
     table = {}
     for threads in (1, 2):
         result = run_child("oldpass", {**base, "bf16": bf16, "repeats": repeats}, threads)
