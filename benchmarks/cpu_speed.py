@@ -13,6 +13,9 @@ rollout samples the start's policy and all configurations do comparable work):
                  this code's (update 0's micro-batches keep their own log-probs; no entropies),
                  bf16 as ``training.bf16: auto`` picks, 1 and 2 threads; medians of 5 repeats,
                  and each one's share of the rollout measured in the same process;
+* ``attention``  the update's forward and backward over one rollout's micro-batches, in one process,
+                 in rotated order: fp32, bf16, and bf16 with the shared pass's attention in fp32
+                 (``training.cast_attention_to_fp32``), 1 and 2 threads; medians of 6 repeats;
 * ``jobs``       one 2-thread job against two 1-thread jobs side by side (``sweep --jobs 2``):
                  rollouts per minute of the machine;
 * ``matmul``     GFLOP/s of the demo model's MLP and LM-head matmuls, fp32 and bf16, 1 and 2 threads
@@ -34,6 +37,7 @@ a few questions (checks that the script runs; not a measurement). Measure on an 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -53,7 +57,7 @@ from _common import REPO, environment, print_table, write_json  # noqa: E402
 from minimind_trl.trainer.precision import cpu_bf16_instructions  # noqa: E402
 from minimind_trl.trainer.rollout_state import ReplayPosition  # noqa: E402
 
-PARTS = ("rollout", "oldpass", "jobs", "matmul", "profile", "eval", "projection")
+PARTS = ("rollout", "oldpass", "attention", "jobs", "matmul", "profile", "eval", "projection")
 FULL_DEMO = {"runs": 12, "rollouts": 60, "evaluations": 13, "questions": 600}  # demo --full-rl, K = 1
 REFERENCE_PRETRAIN_SFT_S = 447.0 + 144.0  # minimind_trl.demo.REFERENCE_SECONDS: pretrain + SFT
 OP_GROUPS = {  # profiler op name -> group (first match by substring)
@@ -146,6 +150,36 @@ def child_oldpass(config: dict) -> dict:
             **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
 
 
+def child_attention(config: dict) -> dict:
+    """Train ``config['steps']`` frozen bf16 steps, then time forward + backward of every micro-batch
+    of the last rollout's buffer (one pass over the rollout: an update without its optimizer step),
+    three ways, each repeat in a rotated order (the machine's speed drifts by ~10% within a minute,
+    and a fixed order showed position effects): ``fp32`` (autocast off), ``bf16`` and
+    ``bf16_fp32_attention`` (``cast_attention_to_fp32``); ``config['repeats']`` each, medians."""
+    with tempfile.TemporaryDirectory() as out:
+        trainer = _trainer({**config, "bf16": True}, out)
+        trainer.train()
+    buffer, model = trainer._buffered_inputs, trainer.model_wrapped
+    autocast = trainer.accelerator.autocast
+    ways = {"fp32": (contextlib.nullcontext, False), "bf16": (autocast, False), "bf16_fp32_attention": (autocast, True)}
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    model.train()
+    names = list(ways)
+    for repeat in range(config["repeats"]):
+        for name in names[repeat % 3:] + names[:repeat % 3]:
+            context, cast = ways[name]
+            trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = context, cast
+            started = time.perf_counter()
+            for batch in buffer:
+                logps = trainer._policy_forward(model, batch)[0]
+                logps.sum().backward()
+            seconds[name].append(time.perf_counter() - started)
+            model.zero_grad(set_to_none=True)
+    trainer.accelerator.autocast = autocast
+    return {"threads": torch.get_num_threads(), "micro_batches": len(buffer),
+            **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
+
+
 def _group_ops(averages) -> dict[str, float]:
     """Self CPU seconds per op group (:data:`OP_GROUPS`; ``other`` for the rest)."""
     groups = dict.fromkeys([*OP_GROUPS, "other"], 0.0)
@@ -219,20 +253,28 @@ def per_rollout(result: dict) -> dict[str, float]:
             "onpolicy_logp_abs_diff_mean": statistics.fmean(gaps) if gaps else None}
 
 
+ATTENTIONS = ("sdpa", "eager", "sdpa-fp32", "eager-fp32")
+"""``--attention`` values: the kernel (``model.config.attn_implementation``), and with ``-fp32`` the
+shared pass's attention cast to fp32 under bf16 (``training.cast_attention_to_fp32``; bf16 rows only,
+since in fp32 it changes nothing)."""
+
+
 def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",)) -> dict:
-    """fp32 and bf16 on 1 and 2 threads, for each attention kernel (``model.config.attn_implementation``;
-    rows are named ``precision/threads`` for sdpa, ``precision/threads/eager`` otherwise), each against
+    """fp32 and bf16 on 1 and 2 threads, for each of ``attentions`` (:data:`ATTENTIONS`; rows are
+    named ``precision/threads`` for sdpa, ``precision/threads/<attention>`` otherwise), each against
     fp32 sdpa on the same threads."""
     table = {}
     for attention in attentions:
-        for bf16 in (False, True):
+        kernel, cast = attention.removesuffix("-fp32"), attention.endswith("-fp32")
+        for bf16 in (True,) if cast else (False, True):
             for threads in (1, 2):
                 config = {**base, "bf16": bf16,
-                          "overrides": [*base["overrides"], f"model.config.attn_implementation={attention}"]}
+                          "overrides": [*base["overrides"], f"model.config.attn_implementation={kernel}",
+                                        f"training.cast_attention_to_fp32={str(cast).lower()}"]}
                 result = run_child("rollout", config, threads)
                 name = f"{'bf16' if bf16 else 'fp32'}/{threads}t" + ("" if attention == "sdpa" else f"/{attention}")
                 table[name] = {**per_rollout(result), "mixed_precision": result["mixed_precision"],
-                               "attention": attention}
+                               "attention": kernel, "cast_attention_to_fp32": cast}
     def versus_fp32(name: str, seconds: float) -> str:
         fp32 = table.get("fp32/" + name.split("/")[1])  # fp32 SDPA on the same threads, if measured
         return f"{fp32['rollout_s'] / seconds:.2f}x" if fp32 else "-"
@@ -259,6 +301,18 @@ def part_oldpass(base: dict, bf16: bool, repeats: int) -> dict:
     print_table(f"Old-log-prob pass per rollout ({Path(base['recipe']).name}; medians of {repeats}, alternating)",
                 ["config", "micro-batches scored now", "separate s", "this code s", "saved s",
                  "saved / rollout"], rows)
+    return table
+
+
+def part_attention(base: dict, repeats: int) -> dict:
+    """:func:`child_attention` on 1 and 2 threads."""
+    table = {f"{threads}t": run_child("attention", {**base, "repeats": repeats}, threads) for threads in (1, 2)}
+    rows = [[name, str(r["micro_batches"]), f"{r['fp32_s']:.3f}", f"{r['bf16_s']:.3f}",
+             f"{r['bf16_fp32_attention_s']:.3f}", f"{r['fp32_s'] / r['bf16_s']:.2f}x",
+             f"{r['fp32_s'] / r['bf16_fp32_attention_s']:.2f}x"] for name, r in table.items()]
+    print_table(f"Forward + backward over one rollout ({Path(base['recipe']).name}; medians of {repeats}, "
+                "rotated order)", ["threads", "micro-batches", "fp32 s", "bf16 s", "bf16, fp32 attention s",
+                                 "bf16 vs fp32", "bf16 fp32-attention vs fp32"], rows)
     return table
 
 
@@ -392,8 +446,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=5,
                         help="optimizer steps per training configuration (rollouts x K; K = 1: rollouts)")
     parser.add_argument("--attention", default="sdpa",
-                        help="comma-separated attention kernels the rollout part measures: sdpa, eager "
-                             "(model.config.attn_implementation)")
+                        help="comma-separated attentions the rollout part measures: sdpa, eager "
+                             "(model.config.attn_implementation), sdpa-fp32, eager-fp32 (bf16 with the "
+                             "shared pass's attention in fp32: training.cast_attention_to_fp32)")
     parser.add_argument("--eval-questions", type=int, default=600)
     parser.add_argument("--eval-batch-sizes", default="50,150,300,600")
     parser.add_argument("--output", default=None)
@@ -402,10 +457,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = {"rollout": child_rollout, "oldpass": child_oldpass,
+        result = {"rollout": child_rollout, "oldpass": child_oldpass, "attention": child_attention,
                   "eval": child_eval}[args.child](json.loads(args.config))
         print(json.dumps(result))
         return result
+    attentions = tuple(a for a in args.attention.split(",") if a)
+    if set(attentions) - set(ATTENTIONS):
+        parser.error(f"unknown attention(s) {sorted(set(attentions) - set(ATTENTIONS))}; choose from {ATTENTIONS}")
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -425,9 +483,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         base = {"recipe": paths["recipe"], "overrides": paths["overrides"], "steps": steps}
         results: dict[str, Any] = {}
         if "rollout" in parts:
-            results["rollout"] = part_rollout(base, tuple(a for a in args.attention.split(",") if a))
+            results["rollout"] = part_rollout(base, attentions)
         if "oldpass" in parts:
             results["oldpass"] = part_oldpass(base, bf16=cpu_bf16_instructions()[0], repeats=2 if args.quick else 5)
+        if "attention" in parts:
+            results["attention"] = part_attention(base, repeats=2 if args.quick else 6)
         if "jobs" in parts:
             results["jobs"] = part_jobs(base, bf16=cpu_bf16_instructions()[0])  # what training.bf16: auto picks
         if "matmul" in parts:

@@ -58,6 +58,9 @@ def test_benchmarks_quick_write_json(tmp_path):
     assert set(speed["rollout"]) == {"fp32/1t", "fp32/2t", "bf16/1t", "bf16/2t"}
     assert all(r["generation_s"] > 0 and r["update_s"] > 0 for r in speed["rollout"].values())
     assert [speed["rollout"][c]["mixed_precision"] for c in ("bf16/1t", "fp32/1t")] == ["bf16", "no"]
+    attention = speed["attention"]
+    assert set(attention) == {"1t", "2t"} and all(r["micro_batches"] >= 1 for r in attention.values())
+    assert all(r[f"{way}_s"] > 0 for r in attention.values() for way in ("fp32", "bf16", "bf16_fp32_attention"))
     assert speed["jobs"]["throughput_ratio"] > 0 and speed["eval"]["texts_identical"]
     assert speed["projection"]["before_s"] > 0 and speed["profile"]["total_s"] > 0
 

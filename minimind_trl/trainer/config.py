@@ -107,6 +107,14 @@ class MiniMindGRPOConfig(GRPOConfig):
             trajectories share a micro-batch (the step's gradient does not depend on the split; the
             MoE aux loss, a statistic of each micro-batch, does: it then sees other rows together).
             `False`: TRL's pass, one padded ``[prompt | completion]`` row per trajectory.
+        cast_attention_to_fp32 (`bool`, defaults to `False`):
+            Under bf16 mixed precision, run the prefix-shared pass's attention (softmax(QK^T/√d + mask)V,
+            forward and backward; old log-probs, updates and the reference pass alike) in fp32 on the
+            bf16 queries, keys and values, as TRL's `cast_lm_head_to_fp32` does for the LM head. On a
+            CPU bf16 attention with a mask is slower than fp32 (`benchmarks/README.md`), so this is
+            faster there; it also changes the numbers (more accurate attention), hence an option. The
+            old-log-prob pass and every update use the same setting, so update 0's ratio stays exactly 1.
+            No effect in fp32. Needs `prefix_sharing` (TRL's pass runs the model's own attention).
 
         > Rollouts
 
@@ -166,6 +174,9 @@ class MiniMindGRPOConfig(GRPOConfig):
     prefix_sharing: bool = field(
         default=True, metadata={"help": "Encode each distinct prompt once per policy pass (exact; False: TRL's pass)."}
     )
+    cast_attention_to_fp32: bool = field(
+        default=False, metadata={"help": "Attention of the prefix-shared pass in fp32 under bf16 (faster on CPUs)."}
+    )
 
     def __post_init__(self) -> None:
         if self.steps_per_generation is None and self.generation_batch_size is None and type(self.minibatches) is int:
@@ -209,6 +220,10 @@ class MiniMindGRPOConfig(GRPOConfig):
                 raise ValueError(
                     f"rollout_engine 'minimind' samples with temperature / top_k / top_p only, got {unsupported}; "
                     "use rollout.engine: trl for these settings")
+        if self.cast_attention_to_fp32 and not self.prefix_sharing:
+            raise ValueError("cast_attention_to_fp32 applies to the prefix-shared pass; with prefix_sharing false "
+                             "TRL's pass runs the model's own attention: set prefix_sharing true or "
+                             "cast_attention_to_fp32 false")
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations (K) must be >= 1, got {self.num_iterations}")
         if self.epsilon_low is None and self.epsilon != _TRL_DEFAULT_EPSILON:

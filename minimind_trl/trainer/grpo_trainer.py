@@ -496,7 +496,8 @@ class MiniMindGRPOTrainer(AtomicCheckpointMixin, GRPOTrainer):
     def _shared_pass(self, model, layout, compute_entropy: bool, compute_aux_loss: bool):
         with self.accelerator.autocast():
             return model(prefix_layout=layout, temperature=self.temperature, compute_entropy=compute_entropy,
-                         compute_aux_loss=compute_aux_loss, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
+                         compute_aux_loss=compute_aux_loss, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
+                         cast_attention_to_fp32=self.args.cast_attention_to_fp32)
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):

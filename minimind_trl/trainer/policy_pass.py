@@ -251,8 +251,20 @@ class SharedPassOutput(ModelOutput):
     aux_loss: torch.Tensor | None = None
 
 
-def _attention(module: nn.Module, query, key, value, layout: PrefixLayout, eager: bool) -> torch.Tensor:
-    """Block attention over the packed tokens: q (1, h, N, d), k/v (1, h_kv, N, d) -> (1, N, h*d)."""
+def _attention(module: nn.Module, query, key, value, layout: PrefixLayout, eager: bool,
+               cast_to_fp32: bool = False) -> torch.Tensor:
+    """Block attention over the packed tokens: q (1, h, N, d), k/v (1, h_kv, N, d) -> (1, N, h*d).
+
+    ``cast_to_fp32``, under autocast: softmax(q k^T / sqrt(d) + mask) v and its backward run in
+    fp32 on q, k, v as they come (v from a bf16 linear; q and k from fp32 norms), with autocast off
+    (it would cast SDPA to bf16), and the output returns in autocast's dtype, as SDPA's would. On a
+    CPU, bf16 SDPA with a mask runs 1.1-2.6x slower than fp32, forward and backward
+    (benchmarks/README.md). Without autocast (fp32) the flag changes nothing."""
+    device = query.device.type
+    if cast_to_fp32 and torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device, enabled=False):
+            return _attention(module, query.float(), key.float(), value.float(), layout, eager).to(dtype)
     query, key, value = query[0], key[0], value[0]  # (h, N, d)
     dropout = module.attention_dropout if module.training else 0.0
     outputs = []
@@ -269,7 +281,8 @@ def _attention(module: nn.Module, query, key, value, layout: PrefixLayout, eager
     return torch.cat(outputs)[layout.query_order].flatten(1).unsqueeze(0)
 
 
-def _decoder_layer(layer: nn.Module, hidden, cos, sin, layout: PrefixLayout, eager: bool):
+def _decoder_layer(layer: nn.Module, hidden, cos, sin, layout: PrefixLayout, eager: bool,
+                   cast_attention_to_fp32: bool = False):
     """One Qwen3 / Qwen3-MoE decoder layer on the packed row: the layer's own modules, block attention.
     Returns (hidden (1, N, H), router logits (N, E) or None)."""
     attn = layer.self_attn
@@ -279,7 +292,7 @@ def _decoder_layer(layer: nn.Module, hidden, cos, sin, layout: PrefixLayout, eag
     key = attn.k_norm(attn.k_proj(x).view(shape)).transpose(1, 2)
     value = attn.v_proj(x).view(shape).transpose(1, 2)
     query, key = apply_rotary_pos_emb(query, key, cos, sin)
-    hidden = hidden + attn.o_proj(_attention(attn, query, key, value, layout, eager))
+    hidden = hidden + attn.o_proj(_attention(attn, query, key, value, layout, eager, cast_attention_to_fp32))
     x = layer.post_attention_layernorm(hidden)
     gate = getattr(layer.mlp, "gate", None)
     router: list[torch.Tensor] = []
@@ -294,12 +307,13 @@ def _decoder_layer(layer: nn.Module, hidden, cos, sin, layout: PrefixLayout, eag
 
 def shared_forward(model: nn.Module, layout: PrefixLayout, temperature: float = 1.0,
                    compute_entropy: bool = True, compute_aux_loss: bool = False,
-                   cast_lm_head_to_fp32: bool = False) -> SharedPassOutput:
+                   cast_lm_head_to_fp32: bool = False, cast_attention_to_fp32: bool = False) -> SharedPassOutput:
     """Per-token log-probs (and entropies, MoE aux loss) of a packed micro-batch's completion tokens.
 
     ``model`` is a ``MiniMindForCausalLM`` (or a model with its layout: ``model.model.layers`` of
     Qwen3 decoder layers, tied or untied ``lm_head``). Logits are ``lm_head(h) / temperature`` as in
     TRL's fused head, computed with TRL's chunked kernel on the scored positions only.
+    ``cast_attention_to_fp32``: attention in fp32 under bf16 autocast (:func:`_attention`).
     """
     backbone = model.model
     eager = model.config._attn_implementation == "eager"
@@ -307,7 +321,8 @@ def shared_forward(model: nn.Module, layout: PrefixLayout, temperature: float = 
     cos, sin = backbone.rotary_emb(hidden, layout.position_ids.unsqueeze(0))
     routers = []
     for layer in backbone.layers:
-        step = functools.partial(_decoder_layer, layer, layout=layout, eager=eager)
+        step = functools.partial(_decoder_layer, layer, layout=layout, eager=eager,
+                                 cast_attention_to_fp32=cast_attention_to_fp32)
         if getattr(layer, "gradient_checkpointing", False) and layer.training and torch.is_grad_enabled():
             hidden, router = layer._gradient_checkpointing_func(step, hidden, cos, sin)
         else:
@@ -343,7 +358,8 @@ def _aux(model: nn.Module, routers: list[torch.Tensor], layout: PrefixLayout) ->
     return router_aux_loss(tuple(routers), config.num_experts, config.num_experts_per_tok, layout.weights[None])
 
 
-_SHARED_OPTIONS = ("temperature", "compute_entropy", "compute_aux_loss", "cast_lm_head_to_fp32")
+_SHARED_OPTIONS = ("temperature", "compute_entropy", "compute_aux_loss", "cast_lm_head_to_fp32",
+                   "cast_attention_to_fp32")
 
 
 def supports_shared_forward(model: nn.Module) -> bool:

@@ -11,6 +11,7 @@ from peft import LoraConfig, get_peft_model
 from trl.trainer.utils import add_fused_lm_head
 
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, router_aux_loss
+from minimind_trl.trainer.config import MiniMindGRPOConfig
 from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward
 
 
@@ -175,6 +176,66 @@ def test_shared_pass_under_bf16_autocast_is_close_and_repeatable():
         plain = plain_pass(model, *batch)[0]
     assert torch.equal(first, again)  # replay and update 0 see identical numbers: ratio exactly 1
     assert (first - plain)[mask].abs().max() < 0.1
+
+
+def _attention_inputs(monkeypatch) -> list[tuple[torch.dtype, bool]]:
+    """Records (query dtype, autocast on) of every SDPA call the shared pass makes."""
+    calls: list[tuple[torch.dtype, bool]] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, *args, **kwargs):
+        calls.append((query.dtype, torch.is_autocast_enabled("cpu")))
+        return sdpa(query, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return calls
+
+
+def _pass_with_grads(batch, weights, cast_attention_to_fp32: bool, bf16: bool):
+    model = make_model()
+    layout = build_layout(*batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = model(prefix_layout=layout, cast_attention_to_fp32=cast_attention_to_fp32)
+        mask = batch[3].bool()
+        (out.log_probs * weights * mask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.log_probs.detach(), out.entropy.detach(), grads
+
+
+def test_attention_cast_to_fp32_runs_sdpa_in_fp32_under_bf16_and_changes_nothing_in_fp32(monkeypatch):
+    """``cast_attention_to_fp32``: under bf16 autocast every SDPA call gets fp32 queries with autocast
+    off (autocast would cast it back to bf16); the result stays near the fp32 pass, forward and
+    backward, and repeats exactly (update 0's ratio 1). In fp32 it is the same pass bit for bit."""
+    batch = make_batch()
+    mask = batch[3].bool()
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3))
+    calls = _attention_inputs(monkeypatch)
+    plain_fp32 = _pass_with_grads(batch, weights, False, bf16=False)
+    assert calls and all(call == (torch.float32, False) for call in calls)
+    cast_fp32 = _pass_with_grads(batch, weights, True, bf16=False)
+    for a, b in zip(plain_fp32[:2], cast_fp32[:2]):
+        assert torch.equal(a, b)
+    assert all(torch.equal(plain_fp32[2][k], cast_fp32[2][k]) for k in plain_fp32[2])
+
+    calls.clear()
+    bf16 = _pass_with_grads(batch, weights, False, bf16=True)
+    assert calls and all(call == (torch.float32, True) for call in calls)  # autocast casts it to bf16 inside
+    calls.clear()
+    cast = _pass_with_grads(batch, weights, True, bf16=True)
+    assert calls and all(call == (torch.float32, False) for call in calls)
+    assert not torch.equal(cast[0], bf16[0])  # the option does change the bf16 numbers
+    assert (cast[0] - plain_fp32[0])[mask].abs().max() < 0.1
+    for key, grad in plain_fp32[2].items():
+        scale = grad.abs().max().clamp(min=1e-3)
+        assert torch.isfinite(cast[2][key]).all() and (cast[2][key] - grad).abs().max() / scale < 0.1, key
+    again = _pass_with_grads(batch, weights, True, bf16=True)
+    assert torch.equal(again[0], cast[0])
+
+
+def test_attention_cast_to_fp32_needs_the_prefix_shared_pass(tmp_path):
+    with pytest.raises(ValueError, match="cast_attention_to_fp32 applies to the prefix-shared pass"):
+        MiniMindGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, use_cpu=True,
+                           report_to=[], bf16=False, prefix_sharing=False, cast_attention_to_fp32=True)
 
 
 def test_replay_and_update_zero_agree_exactly():

@@ -175,14 +175,17 @@ def test_update_zero_keeping_its_own_log_probs_is_exactly_the_separate_old_pass(
         assert torch.equal(kept_weights[key], weight), key
 
 
-@pytest.mark.parametrize("prefix_sharing", [True, False], ids=["shared_pass", "plain_pass"])
+@pytest.mark.parametrize("prefix_sharing,cast_attention_to_fp32", [(True, False), (False, False), (True, True)],
+                         ids=["shared_pass", "plain_pass", "shared_pass_fp32_attention"])
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_the_old_pass_gives_the_update_forwards_log_probs_bit_for_bit(tmp_path, prefix_sharing, bf16):
+def test_the_old_pass_gives_the_update_forwards_log_probs_bit_for_bit(tmp_path, prefix_sharing, bf16,
+                                                                       cast_attention_to_fp32):
     """The old pass (no grad, no entropies) and the update's forward (grad, entropies) on the same
     weights give identical log-probs: what makes a kept update-0 forward and a separate pass the
-    same numbers, and update 0's ratio exactly 1."""
+    same numbers, and update 0's ratio exactly 1 (also with attention cast to fp32 under bf16)."""
     trainer = make_trainer(tmp_path, max_steps=1, num_iterations=2, bf16=bf16, prefix_sharing=prefix_sharing,
-                           per_device_train_batch_size=4, gradient_accumulation_steps=2)
+                           per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                           cast_attention_to_fp32=cast_attention_to_fp32)
     trainer.train()
     model = trainer.model_wrapped
     for batch in trainer._buffered_inputs:
