@@ -165,17 +165,19 @@ def child_attention(config: dict) -> dict:
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     model.train()
     names = list(ways)
-    for repeat in range(config["repeats"]):
-        for name in names[repeat % 3:] + names[:repeat % 3]:
-            context, cast = ways[name]
-            trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = context, cast
-            started = time.perf_counter()
-            for batch in buffer:
-                logps = trainer._policy_forward(model, batch)[0]
-                logps.sum().backward()
-            seconds[name].append(time.perf_counter() - started)
-            model.zero_grad(set_to_none=True)
-    trainer.accelerator.autocast = autocast
+    try:
+        for repeat in range(config["repeats"]):
+            for name in names[repeat % 3:] + names[:repeat % 3]:
+                context, cast = ways[name]
+                trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = context, cast
+                started = time.perf_counter()
+                for batch in buffer:
+                    logps = trainer._policy_forward(model, batch)[0]
+                    logps.sum().backward()
+                seconds[name].append(time.perf_counter() - started)
+                model.zero_grad(set_to_none=True)
+    finally:  # the trainer's own autocast and setting back, whatever happened
+        trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = autocast, False
     return {"threads": torch.get_num_threads(), "micro_batches": len(buffer),
             **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
 
