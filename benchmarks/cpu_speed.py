@@ -16,6 +16,11 @@ rollout samples the start's policy and all configurations do comparable work):
 * ``attention``  the update's forward and backward over one rollout's micro-batches, in one process,
                  in rotated order: fp32, bf16, and bf16 with the shared pass's attention in fp32
                  (``training.cast_attention_to_fp32``), 1 and 2 threads; medians of 6 repeats;
+* ``head``       the same forward and backward over one rollout with the LM head's log-probs as
+                 TRL's chunked kernel computes them on a CPU (before session 24) and as this code's
+                 CPU head does (``minimind_trl.trainer.head_logprobs``: the same numbers), fp32 and
+                 bf16, 1 and 2 threads, rotated order, medians of 6; the log-probs and gradients of
+                 both heads must be identical;
 * ``jobs``       one 2-thread job against two 1-thread jobs side by side (``sweep --jobs 2``):
                  rollouts per minute of the machine;
 * ``matmul``     GFLOP/s of the demo model's MLP and LM-head matmuls, fp32 and bf16, 1 and 2 threads
@@ -53,11 +58,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from _common import REPO, environment, print_table, write_json  # noqa: E402
+from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
+from minimind_trl.trainer import policy_pass  # noqa: E402
+from minimind_trl.trainer.head_logprobs import TRL_VOCAB_CHUNK  # noqa: E402
 from minimind_trl.trainer.precision import cpu_bf16_instructions  # noqa: E402
 from minimind_trl.trainer.rollout_state import ReplayPosition  # noqa: E402
 
-PARTS = ("rollout", "oldpass", "attention", "jobs", "matmul", "profile", "eval", "projection")
+PARTS = ("rollout", "oldpass", "attention", "head", "jobs", "matmul", "profile", "eval", "projection")
 FULL_DEMO = {"runs": 12, "rollouts": 60, "evaluations": 13, "questions": 600}  # demo --full-rl, K = 1
 REFERENCE_PRETRAIN_SFT_S = 447.0 + 144.0  # minimind_trl.demo.REFERENCE_SECONDS: pretrain + SFT
 OP_GROUPS = {  # profiler op name -> group (first match by substring)
@@ -102,6 +110,8 @@ def child_rollout(config: dict) -> dict:
     """Train ``config['steps']`` frozen steps; per step the trainer's own phase timings."""
     from minimind_trl.trainer.recorder import read_metrics
 
+    if config.get("head") == "trl":  # this child process only
+        policy_pass.lm_head_log_probs = _trl_head
     with tempfile.TemporaryDirectory() as out:
         trainer = _trainer(config, out)
         profile = config.get("profile")
@@ -179,6 +189,51 @@ def child_attention(config: dict) -> dict:
     finally:  # the trainer's own autocast and setting back, whatever happened
         trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = autocast, False
     return {"threads": torch.get_num_threads(), "micro_batches": len(buffer),
+            **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
+
+
+def _trl_head(hidden, weight, bias, targets, temperature, compute_entropy):
+    """The LM head as the shared pass computed it before session 24: TRL's chunked kernel."""
+    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
+    return ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, TRL_VOCAB_CHUNK, None, 1.0,
+                                        outputs)[:2]
+
+
+def child_head(config: dict) -> dict:
+    """As :func:`child_attention`, four ways: {fp32, bf16} x {TRL's chunked kernel, this code's CPU
+    head} for the LM head's log-probs; also whether both heads give identical log-probs and
+    gradients (the last micro-batch's, each precision)."""
+    with tempfile.TemporaryDirectory() as out:
+        trainer = _trainer({**config, "bf16": True}, out)
+        trainer.train()
+    buffer, model = trainer._buffered_inputs, trainer.model_wrapped
+    autocast = trainer.accelerator.autocast
+    heads = {"trl": _trl_head, "cpu": policy_pass.lm_head_log_probs}
+    ways = {f"{precision}_{head}": (precision, head) for precision in ("fp32", "bf16") for head in heads}
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    last: dict[str, tuple] = {}
+    model.train()
+    names = list(ways)
+    own_head = policy_pass.lm_head_log_probs
+    try:
+        for repeat in range(config["repeats"]):
+            for name in names[repeat % 4:] + names[:repeat % 4]:
+                precision, head = ways[name]
+                trainer.accelerator.autocast = autocast if precision == "bf16" else contextlib.nullcontext
+                policy_pass.lm_head_log_probs = heads[head]
+                started = time.perf_counter()
+                for batch in buffer:
+                    logps = trainer._policy_forward(model, batch)[0]
+                    logps.sum().backward()
+                seconds[name].append(time.perf_counter() - started)
+                last[name] = (logps.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
+                model.zero_grad(set_to_none=True)
+    finally:  # the trainer's own autocast and head back, whatever happened
+        trainer.accelerator.autocast, policy_pass.lm_head_log_probs = autocast, own_head
+    identical = {precision: torch.equal(last[f"{precision}_trl"][0], last[f"{precision}_cpu"][0])
+                 and all(torch.equal(a, b) for a, b in zip(last[f"{precision}_trl"][1], last[f"{precision}_cpu"][1]))
+                 for precision in ("fp32", "bf16")}
+    return {"threads": torch.get_num_threads(), "micro_batches": len(buffer), "identical": identical,
             **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
 
 
@@ -261,32 +316,41 @@ shared pass's attention cast to fp32 under bf16 (``training.cast_attention_to_fp
 since in fp32 it changes nothing)."""
 
 
-def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",)) -> dict:
-    """fp32 and bf16 on 1 and 2 threads, for each of ``attentions`` (:data:`ATTENTIONS`; rows are
-    named ``precision/threads`` for sdpa, ``precision/threads/<attention>`` otherwise), each against
-    fp32 sdpa on the same threads."""
+HEADS = ("cpu", "trl")
+"""``--heads`` values: the LM head's log-probs as this code computes them on a CPU
+(``head_logprobs``, the default) or with TRL's chunked kernel (the code before session 24)."""
+
+
+def part_rollout(base: dict, attentions: tuple[str, ...] = ("sdpa",), heads: tuple[str, ...] = ("cpu",)) -> dict:
+    """fp32 and bf16 on 1 and 2 threads, for each of ``attentions`` (:data:`ATTENTIONS`) and
+    ``heads`` (:data:`HEADS`); rows are named ``precision/threads``, with ``/<attention>`` unless
+    sdpa and ``/trl-head`` for TRL's kernel; each against fp32 sdpa on the same threads, with
+    either head (and against fp32 with TRL's head when measured)."""
     table = {}
-    for attention in attentions:
+    for head, attention in ((h, a) for h in heads for a in attentions):
         kernel, cast = attention.removesuffix("-fp32"), attention.endswith("-fp32")
         for bf16 in (True,) if cast else (False, True):
             for threads in (1, 2):
-                config = {**base, "bf16": bf16,
+                config = {**base, "bf16": bf16, "head": head,
                           "overrides": [*base["overrides"], f"model.config.attn_implementation={kernel}",
                                         f"training.cast_attention_to_fp32={str(cast).lower()}"]}
                 result = run_child("rollout", config, threads)
-                name = f"{'bf16' if bf16 else 'fp32'}/{threads}t" + ("" if attention == "sdpa" else f"/{attention}")
+                name = (f"{'bf16' if bf16 else 'fp32'}/{threads}t" + ("" if attention == "sdpa" else f"/{attention}")
+                        + ("" if head == "cpu" else "/trl-head"))
                 table[name] = {**per_rollout(result), "mixed_precision": result["mixed_precision"],
-                               "attention": kernel, "cast_attention_to_fp32": cast}
-    def versus_fp32(name: str, seconds: float) -> str:
-        fp32 = table.get("fp32/" + name.split("/")[1])  # fp32 SDPA on the same threads, if measured
+                               "attention": kernel, "cast_attention_to_fp32": cast, "head": head}
+
+    def versus(name: str, seconds: float, suffix: str = "") -> str:
+        fp32 = table.get("fp32/" + name.split("/")[1] + suffix)  # fp32 SDPA on the same threads, if measured
         return f"{fp32['rollout_s'] / seconds:.2f}x" if fp32 else "-"
 
     rows = [[name, f"{r['generation_s']:.2f}", f"{r['update_s']:.2f}", f"{r['rollout_s']:.2f}",
-             versus_fp32(name, r["rollout_s"]),
+             versus(name, r["rollout_s"]), versus(name, r["rollout_s"], "/trl-head"),
              "-" if r["onpolicy_logp_abs_diff_mean"] is None else f"{r['onpolicy_logp_abs_diff_mean']:.1e}"]
             for name, r in table.items()]
     print_table(f"Seconds per rollout ({Path(base['recipe']).name}, frozen)",
-                ["config", "generation s", "update s", "rollout s", "vs fp32", "sampler gap"], rows)
+                ["config", "generation s", "update s", "rollout s", "vs fp32", "vs fp32, TRL head", "sampler gap"],
+                rows)
     return table
 
 
@@ -315,6 +379,20 @@ def part_attention(base: dict, repeats: int) -> dict:
     print_table(f"Forward + backward over one rollout ({Path(base['recipe']).name}; medians of {repeats}, "
                 "rotated order)", ["threads", "micro-batches", "fp32 s", "bf16 s", "bf16, fp32 attention s",
                                  "bf16 vs fp32", "bf16 fp32-attention vs fp32"], rows)
+    return table
+
+
+def part_head(base: dict, repeats: int) -> dict:
+    """:func:`child_head` on 1 and 2 threads."""
+    table = {f"{threads}t": run_child("head", {**base, "repeats": repeats}, threads) for threads in (1, 2)}
+    rows = [[name, str(r["micro_batches"]), f"{r['fp32_trl_s']:.3f}", f"{r['fp32_cpu_s']:.3f}",
+             f"{r['bf16_trl_s']:.3f}", f"{r['bf16_cpu_s']:.3f}", f"{r['fp32_trl_s'] / r['bf16_trl_s']:.2f}x",
+             f"{r['fp32_trl_s'] / r['bf16_cpu_s']:.2f}x", str(r["identical"]["fp32"] and r["identical"]["bf16"])]
+            for name, r in table.items()]
+    print_table(f"Forward + backward over one rollout by LM head ({Path(base['recipe']).name}; medians of {repeats}, "
+                "rotated order)", ["threads", "micro-batches", "fp32 TRL head s", "fp32 CPU head s", "bf16 TRL head s",
+                                 "bf16 CPU head s", "bf16 TRL vs fp32 TRL", "bf16 CPU vs fp32 TRL",
+                                 "identical"], rows)
     return table
 
 
@@ -451,6 +529,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="comma-separated attentions the rollout part measures: sdpa, eager "
                              "(model.config.attn_implementation), sdpa-fp32, eager-fp32 (bf16 with the "
                              "shared pass's attention in fp32: training.cast_attention_to_fp32)")
+    parser.add_argument("--heads", default="cpu",
+                        help="comma-separated LM heads the rollout part measures: cpu (this code's, the "
+                             "default), trl (TRL's chunked kernel, as before session 24; same numbers)")
     parser.add_argument("--eval-questions", type=int, default=600)
     parser.add_argument("--eval-batch-sizes", default="50,150,300,600")
     parser.add_argument("--output", default=None)
@@ -460,10 +541,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.child:
         result = {"rollout": child_rollout, "oldpass": child_oldpass, "attention": child_attention,
-                  "eval": child_eval}[args.child](json.loads(args.config))
+                  "head": child_head, "eval": child_eval}[args.child](json.loads(args.config))
         print(json.dumps(result))
         return result
     attentions = tuple(a for a in args.attention.split(",") if a)
+    heads = tuple(h for h in args.heads.split(",") if h)
+    if not heads or set(heads) - set(HEADS):
+        parser.error(f"--heads: choose one or more of {HEADS}")
     if set(attentions) - set(ATTENTIONS):
         parser.error(f"unknown attention(s) {sorted(set(attentions) - set(ATTENTIONS))}; choose from {ATTENTIONS}")
     parts = [p for p in args.parts.split(",") if p]
@@ -485,11 +569,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         base = {"recipe": paths["recipe"], "overrides": paths["overrides"], "steps": steps}
         results: dict[str, Any] = {}
         if "rollout" in parts:
-            results["rollout"] = part_rollout(base, attentions)
+            results["rollout"] = part_rollout(base, attentions, heads)
         if "oldpass" in parts:
             results["oldpass"] = part_oldpass(base, bf16=cpu_bf16_instructions()[0], repeats=2 if args.quick else 5)
         if "attention" in parts:
             results["attention"] = part_attention(base, repeats=2 if args.quick else 6)
+        if "head" in parts:
+            results["head"] = part_head(base, repeats=2 if args.quick else 6)
         if "jobs" in parts:
             results["jobs"] = part_jobs(base, bf16=cpu_bf16_instructions()[0])  # what training.bf16: auto picks
         if "matmul" in parts:

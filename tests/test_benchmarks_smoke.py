@@ -61,6 +61,10 @@ def test_benchmarks_quick_write_json(tmp_path):
     attention = speed["attention"]
     assert set(attention) == {"1t", "2t"} and all(r["micro_batches"] >= 1 for r in attention.values())
     assert all(r[f"{way}_s"] > 0 for r in attention.values() for way in ("fp32", "bf16", "bf16_fp32_attention"))
+    head = speed["head"]
+    assert set(head) == {"1t", "2t"} and all(r[f"{p}_{h}_s"] > 0 for r in head.values() for p in ("fp32", "bf16")
+                                             for h in ("trl", "cpu"))
+    assert all(r["identical"] == {"fp32": True, "bf16": True} for r in head.values())  # same numbers, both heads
     assert speed["jobs"]["throughput_ratio"] > 0 and speed["eval"]["texts_identical"]
     assert speed["projection"]["before_s"] > 0 and speed["profile"]["total_s"] > 0
 

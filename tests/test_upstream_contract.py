@@ -38,6 +38,7 @@ from minimind_trl.trainer import (
     checkpoints,
     cli as trainer_cli,
     grpo_trainer,
+    head_logprobs,
     moe,
     policy_pass,
     recipe,
@@ -78,6 +79,7 @@ PEFT_TARGETS = _ours(peft_targets)
 PRESETS = _ours(presets)
 TOKENIZER_BUILDER = _ours(tokenizer_builder)
 POLICY_PASS = _ours(policy_pass)
+HEAD_LOGPROBS = _ours(head_logprobs)
 MOE = _ours(moe)
 DISTILL_KIND = _ours(distill_kind)
 RECIPE = _ours(recipe)
@@ -264,7 +266,8 @@ CONTRACT: tuple[TouchPoint, ...] = (
       "temperature: 'float', chunk_size: 'int', final_logit_softcapping: 'float | None' = None, "
       "logit_scale: 'float' = 1.0, outputs: 'tuple[str, ...]' = ('entropy', 'log_sum_sq_probs', 'mean_logits', "
       "'is_top1')) -> 'tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, "
-      "torch.Tensor | None]'", POLICY_PASS, "TRL's chunked log-prob kernel, called positionally"),
+      "torch.Tensor | None]'", HEAD_LOGPROBS, "TRL's chunked log-prob kernel, called positionally (and its numbers "
+      "matched on a CPU)"),
     T("transformers.integrations.sdpa_attention", "sdpa_attention_forward", IMPORT,
       "(module: torch.nn.modules.module.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, "
       "attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None, "

@@ -47,13 +47,12 @@ from transformers.models.qwen3.modeling_qwen3 import (
     apply_rotary_pos_emb,
     eager_attention_forward,
 )
-from trl.kernels import ChunkedLogProbFunction
 
 from minimind_trl.modeling import router_aux_loss
 from minimind_trl.modeling.aux_loss import use_minimind_aux_loss
+from minimind_trl.trainer.head_logprobs import lm_head_log_probs
 
 _BUCKET_WASTE = 1.25  # padded area / real area allowed in one attention bucket
-_LOGPROB_CHUNK = 32768  # vocabulary tile of TRL's chunked log-prob kernel (TRL's own value)
 
 
 @dataclass
@@ -312,7 +311,8 @@ def shared_forward(model: nn.Module, layout: PrefixLayout, temperature: float = 
 
     ``model`` is a ``MiniMindForCausalLM`` (or a model with its layout: ``model.model.layers`` of
     Qwen3 decoder layers, tied or untied ``lm_head``). Logits are ``lm_head(h) / temperature`` as in
-    TRL's fused head, computed with TRL's chunked kernel on the scored positions only.
+    TRL's fused head, computed on the scored positions only with TRL's chunked kernel's numbers
+    (:func:`~minimind_trl.trainer.head_logprobs.lm_head_log_probs`: its own faster tiles on a CPU).
     ``cast_attention_to_fp32``: attention in fp32 under bf16 autocast (:func:`_attention`).
     """
     backbone = model.model
@@ -340,10 +340,8 @@ def shared_forward(model: nn.Module, layout: PrefixLayout, temperature: float = 
     head = model.get_output_embeddings()
     context = torch.autocast(scored.device.type, enabled=False) if cast_lm_head_to_fp32 else contextlib.nullcontext()
     with context:
-        log_probs, entropy, *_ = ChunkedLogProbFunction.apply(
-            scored.float() if cast_lm_head_to_fp32 else scored, head.weight, head.bias, layout.labels[mask],
-            temperature, _LOGPROB_CHUNK, None, 1.0, ("log_probs", "entropy") if compute_entropy else ("log_probs",),
-        )
+        log_probs, entropy = lm_head_log_probs(scored.float() if cast_lm_head_to_fp32 else scored, head.weight,
+                                               head.bias, layout.labels[mask], temperature, compute_entropy)
     log_probs = log_probs.new_zeros(mask.shape).masked_scatter(mask, log_probs)
     entropy = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy) if entropy is not None else None
     aux = _aux(model, routers, layout) if compute_aux_loss else None

@@ -8,10 +8,13 @@ import dataclasses
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
+from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, router_aux_loss
+from minimind_trl.trainer import policy_pass
 from minimind_trl.trainer.config import MiniMindGRPOConfig
+from minimind_trl.trainer.head_logprobs import TRL_VOCAB_CHUNK
 from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward
 
 
@@ -230,6 +233,36 @@ def test_attention_cast_to_fp32_runs_sdpa_in_fp32_under_bf16_and_changes_nothing
         assert torch.isfinite(cast[2][key]).all() and (cast[2][key] - grad).abs().max() / scale < 0.1, key
     again = _pass_with_grads(batch, weights, True, bf16=True)
     assert torch.equal(again[0], cast[0])
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_the_cpu_head_gives_trls_kernel_numbers_through_the_whole_pass(monkeypatch, bf16):
+    """The shared pass's CPU LM head (head_logprobs) against TRL's chunked kernel in its place:
+    log-probs, entropies and every parameter's gradient equal bit for bit, at T = 0.7."""
+    batch = make_batch()
+    mask = batch[3].bool()
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(5))
+
+    def run():
+        model = make_model()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(prefix_layout=build_layout(*batch), temperature=0.7)
+            ((out.log_probs * weights * mask).sum() + (out.entropy * weights * mask).sum()).backward()
+        return out.log_probs.detach(), out.entropy.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+    ours = run()
+
+    def trl_kernel(hidden, weight, bias, targets, temperature, compute_entropy):
+        outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
+        return ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, TRL_VOCAB_CHUNK, None, 1.0,
+                                            outputs)[:2]
+
+    monkeypatch.setattr(policy_pass, "lm_head_log_probs", trl_kernel)
+    trl = run()
+    assert torch.equal(ours[0], trl[0]) and torch.equal(ours[1], trl[1])
+    assert ours[2].keys() == trl[2].keys()
+    for name, grad in trl[2].items():
+        assert grad is not None and torch.equal(ours[2][name], grad), name
 
 
 def test_attention_cast_to_fp32_needs_the_prefix_shared_pass(tmp_path):
