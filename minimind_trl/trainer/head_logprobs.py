@@ -60,10 +60,12 @@ class HeadLogProbs(torch.autograd.Function):
             logits = torch.mm(h, w.t())  # (n, V) compute dtype
             z = logits.to(torch.float32, copy=True).mul_(inv_t)  # (n, V) fp32; logits kept as they are
             z_max = z.amax(-1)  # (n,)
-            e = torch.sub(z, z_max[:, None]).exp_()  # (n, V)
+            z_target = z.gather(-1, targets[start:start + TOKEN_TILE, None])[:, 0]  # (n,)
+            # exp(z - max) in z's own memory unless the entropy still needs z (a fresh tile costs page faults)
+            e = torch.sub(z, z_max[:, None]).exp_() if compute_entropy else z.sub_(z_max[:, None]).exp_()  # (n, V)
             sum_exp = e.sum(-1)
             log_z = z_max + torch.log(sum_exp)  # (n,)
-            log_probs.append(z.gather(-1, targets[start:start + TOKEN_TILE, None])[:, 0] - log_z)
+            log_probs.append(z_target - log_z)
             if compute_entropy:
                 entropies.append(log_z - e.mul_(z).sum(-1) / sum_exp)
             log_zs.append(log_z)
@@ -89,7 +91,7 @@ class HeadLogProbs(torch.autograd.Function):
         for i, start in enumerate(range(0, hidden.shape[0], TOKEN_TILE)):
             stop = start + tiles[i].shape[0]
             log_p = tiles[i].to(torch.float32, copy=True).mul_(inv_t).sub_(log_z[start:stop, None])  # (n, V)
-            p = torch.exp(log_p)
+            p = torch.exp(log_p) if grad_entropy is not None else log_p.exp_()  # log p is read again for H only
             target = targets[start:stop, None]  # (n, 1)
             if grad_entropy is not None:
                 g_h = grad_entropy[start:stop, None].float()
@@ -103,7 +105,9 @@ class HeadLogProbs(torch.autograd.Function):
                     grad.sub_(ent_term)
             else:
                 grad = ent_term.neg_()
-            grad = grad.mul_(inv_t).to(compute_dtype).float()  # rounded as TRL's tile is
+            grad.mul_(inv_t)
+            if compute_dtype != torch.float32:
+                grad.copy_(grad.to(compute_dtype))  # rounded as TRL's tile is, kept in fp32 for the fp32 GEMMs
             if grad_hidden is not None:
                 grad_hidden[start:stop].addmm_(grad, w)
             if grad_weight is not None:
