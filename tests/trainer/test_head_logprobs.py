@@ -92,6 +92,19 @@ def test_forward_without_grad_equals_the_forward_with_grad():
     assert torch.equal(cold, warm.detach()) and torch.equal(cold_ent, warm_ent.detach())
 
 
+def test_a_vocabulary_wider_than_trls_tile_goes_to_trls_kernel(monkeypatch):
+    calls = []
+    monkeypatch.setattr(HeadLogProbs, "apply", lambda *a: calls.append(a) or (None, None))
+    hidden, weight, targets, *_ = _inputs(4)
+    lm_head_log_probs(hidden, weight, None, targets, 1.0, False)
+    assert len(calls) == 1  # V = 384: this code's path
+    wide = torch.randn(TRL_VOCAB_CHUNK + 1, H) * 0.1
+    lp, _ = lm_head_log_probs(hidden, wide, None, targets, 1.0, False)
+    assert len(calls) == 1 and lp.shape == (4,)
+    want = torch.log_softmax(hidden @ wide.t(), -1).gather(-1, targets[:, None])[:, 0]
+    torch.testing.assert_close(lp, want, rtol=0, atol=1e-4)
+
+
 def test_a_biased_head_and_an_empty_batch_go_to_trls_kernel():
     hidden, weight, targets, *_ = _inputs(20)
     bias = torch.randn(V)
