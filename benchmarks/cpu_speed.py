@@ -58,10 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from _common import REPO, environment, print_table, write_json  # noqa: E402
-from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 
 from minimind_trl.trainer import policy_pass  # noqa: E402
-from minimind_trl.trainer.head_logprobs import TRL_VOCAB_CHUNK  # noqa: E402
+from minimind_trl.trainer.head_logprobs import trl_log_probs  # noqa: E402
 from minimind_trl.trainer.precision import cpu_bf16_instructions  # noqa: E402
 from minimind_trl.trainer.rollout_state import ReplayPosition  # noqa: E402
 
@@ -111,7 +110,7 @@ def child_rollout(config: dict) -> dict:
     from minimind_trl.trainer.recorder import read_metrics
 
     if config.get("head") == "trl":  # this child process only
-        policy_pass.lm_head_log_probs = _trl_head
+        policy_pass.lm_head_log_probs = trl_log_probs
     with tempfile.TemporaryDirectory() as out:
         trainer = _trainer(config, out)
         profile = config.get("profile")
@@ -163,40 +162,46 @@ def child_oldpass(config: dict) -> dict:
 def child_attention(config: dict) -> dict:
     """Train ``config['steps']`` frozen bf16 steps, then time forward + backward of every micro-batch
     of the last rollout's buffer (one pass over the rollout: an update without its optimizer step),
-    three ways, each repeat in a rotated order (the machine's speed drifts by ~10% within a minute,
-    and a fixed order showed position effects): ``fp32`` (autocast off), ``bf16`` and
+    three ways in :func:`_rotated_passes` (the machine's speed drifts by ~10% within a minute, and a
+    fixed order showed position effects): ``fp32`` (autocast off), ``bf16`` and
     ``bf16_fp32_attention`` (``cast_attention_to_fp32``); ``config['repeats']`` each, medians."""
     with tempfile.TemporaryDirectory() as out:
         trainer = _trainer({**config, "bf16": True}, out)
         trainer.train()
-    buffer, model = trainer._buffered_inputs, trainer.model_wrapped
     autocast = trainer.accelerator.autocast
     ways = {"fp32": (contextlib.nullcontext, False), "bf16": (autocast, False), "bf16_fp32_attention": (autocast, True)}
-    seconds: dict[str, list[float]] = {name: [] for name in ways}
-    model.train()
-    names = list(ways)
+
+    def setup(name: str) -> None:
+        trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = ways[name]
+
     try:
-        for repeat in range(config["repeats"]):
-            for name in names[repeat % 3:] + names[:repeat % 3]:
-                context, cast = ways[name]
-                trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = context, cast
-                started = time.perf_counter()
-                for batch in buffer:
-                    logps = trainer._policy_forward(model, batch)[0]
-                    logps.sum().backward()
-                seconds[name].append(time.perf_counter() - started)
-                model.zero_grad(set_to_none=True)
+        seconds, _ = _rotated_passes(trainer, list(ways), setup, config["repeats"])
     finally:  # the trainer's own autocast and setting back, whatever happened
         trainer.accelerator.autocast, trainer.args.cast_attention_to_fp32 = autocast, False
-    return {"threads": torch.get_num_threads(), "micro_batches": len(buffer),
-            **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
+    return {"threads": torch.get_num_threads(), "micro_batches": len(trainer._buffered_inputs),
+            **{f"{name}_s": value for name, value in seconds.items()}}
 
 
-def _trl_head(hidden, weight, bias, targets, temperature, compute_entropy):
-    """The LM head as the shared pass computed it before session 24: TRL's chunked kernel."""
-    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
-    return ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, TRL_VOCAB_CHUNK, None, 1.0,
-                                        outputs)[:2]
+def _rotated_passes(trainer, names: list[str], setup, repeats: int) -> tuple[dict[str, float], dict[str, tuple]]:
+    """Forward + backward over every micro-batch of the trainer's last rollout buffer, once per
+    way and repeat, the order rotated each repeat (the machine's speed drifts; a fixed order showed
+    position effects); ``setup(name)`` switches the trainer to a way first. Returns each way's
+    median seconds and its last micro-batch's (log-probs, parameter gradients)."""
+    buffer, model = trainer._buffered_inputs, trainer.model_wrapped
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    last: dict[str, tuple] = {}
+    model.train()
+    for repeat in range(repeats):
+        for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+            setup(name)
+            started = time.perf_counter()
+            for batch in buffer:
+                logps = trainer._policy_forward(model, batch)[0]
+                logps.sum().backward()
+            seconds[name].append(time.perf_counter() - started)
+            last[name] = (logps.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
+            model.zero_grad(set_to_none=True)
+    return {name: statistics.median(values) for name, values in seconds.items()}, last
 
 
 def child_head(config: dict) -> dict:
@@ -206,35 +211,24 @@ def child_head(config: dict) -> dict:
     with tempfile.TemporaryDirectory() as out:
         trainer = _trainer({**config, "bf16": True}, out)
         trainer.train()
-    buffer, model = trainer._buffered_inputs, trainer.model_wrapped
-    autocast = trainer.accelerator.autocast
-    heads = {"trl": _trl_head, "cpu": policy_pass.lm_head_log_probs}
+    autocast, own_head = trainer.accelerator.autocast, policy_pass.lm_head_log_probs
+    heads = {"trl": trl_log_probs, "cpu": own_head}
     ways = {f"{precision}_{head}": (precision, head) for precision in ("fp32", "bf16") for head in heads}
-    seconds: dict[str, list[float]] = {name: [] for name in ways}
-    last: dict[str, tuple] = {}
-    model.train()
-    names = list(ways)
-    own_head = policy_pass.lm_head_log_probs
+
+    def setup(name: str) -> None:
+        precision, head = ways[name]
+        trainer.accelerator.autocast = autocast if precision == "bf16" else contextlib.nullcontext
+        policy_pass.lm_head_log_probs = heads[head]
+
     try:
-        for repeat in range(config["repeats"]):
-            for name in names[repeat % 4:] + names[:repeat % 4]:
-                precision, head = ways[name]
-                trainer.accelerator.autocast = autocast if precision == "bf16" else contextlib.nullcontext
-                policy_pass.lm_head_log_probs = heads[head]
-                started = time.perf_counter()
-                for batch in buffer:
-                    logps = trainer._policy_forward(model, batch)[0]
-                    logps.sum().backward()
-                seconds[name].append(time.perf_counter() - started)
-                last[name] = (logps.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None])
-                model.zero_grad(set_to_none=True)
+        seconds, last = _rotated_passes(trainer, list(ways), setup, config["repeats"])
     finally:  # the trainer's own autocast and head back, whatever happened
         trainer.accelerator.autocast, policy_pass.lm_head_log_probs = autocast, own_head
     identical = {precision: torch.equal(last[f"{precision}_trl"][0], last[f"{precision}_cpu"][0])
                  and all(torch.equal(a, b) for a, b in zip(last[f"{precision}_trl"][1], last[f"{precision}_cpu"][1]))
                  for precision in ("fp32", "bf16")}
-    return {"threads": torch.get_num_threads(), "micro_batches": len(buffer), "identical": identical,
-            **{f"{name}_s": statistics.median(values) for name, values in seconds.items()}}
+    return {"threads": torch.get_num_threads(), "micro_batches": len(trainer._buffered_inputs),
+            "identical": identical, **{f"{name}_s": value for name, value in seconds.items()}}
 
 
 def _group_ops(averages) -> dict[str, float]:

@@ -40,6 +40,13 @@ def lm_head_log_probs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     if (hidden.device.type == "cpu" and bias is None and not hasattr(weight, "ds_id") and hidden.shape[0]
             and weight.shape[0] <= TRL_VOCAB_CHUNK):
         return HeadLogProbs.apply(hidden, weight, targets, temperature, compute_entropy)
+    return trl_log_probs(hidden, weight, bias, targets, temperature, compute_entropy)
+
+
+def trl_log_probs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                  temperature: float, compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`lm_head_log_probs` through TRL's chunked kernel, whatever the device (the shared
+    pass's head before session 24; the benchmark's and tests' reference)."""
     outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
     log_probs, entropy, *_ = ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature,
                                                           TRL_VOCAB_CHUNK, None, 1.0, outputs)

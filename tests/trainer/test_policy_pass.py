@@ -8,13 +8,12 @@ import dataclasses
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
 from minimind_trl.modeling import MiniMindForCausalLM, get_preset, router_aux_loss
 from minimind_trl.trainer import policy_pass
 from minimind_trl.trainer.config import MiniMindGRPOConfig
-from minimind_trl.trainer.head_logprobs import TRL_VOCAB_CHUNK
+from minimind_trl.trainer.head_logprobs import trl_log_probs
 from minimind_trl.trainer.policy_pass import build_layout, install_shared_forward
 
 
@@ -251,13 +250,7 @@ def test_the_cpu_head_gives_trls_kernel_numbers_through_the_whole_pass(monkeypat
         return out.log_probs.detach(), out.entropy.detach(), {n: p.grad for n, p in model.named_parameters()}
 
     ours = run()
-
-    def trl_kernel(hidden, weight, bias, targets, temperature, compute_entropy):
-        outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
-        return ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, TRL_VOCAB_CHUNK, None, 1.0,
-                                            outputs)[:2]
-
-    monkeypatch.setattr(policy_pass, "lm_head_log_probs", trl_kernel)
+    monkeypatch.setattr(policy_pass, "lm_head_log_probs", trl_log_probs)
     trl = run()
     assert torch.equal(ours[0], trl[0]) and torch.equal(ours[1], trl[1])
     assert ours[2].keys() == trl[2].keys()
