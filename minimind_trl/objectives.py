@@ -726,9 +726,11 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
         (loss_value, policy_value, kl_value, log_ratio_min, log_ratio_max, ratio_sum, kl_old_sum, ratio_sq_sum,
          kl_new_old_sum, seq_log_min, seq_log_max, seq_sum, seq_sq_sum) = floats
         tokens, valid_rows, n_low, n_high, n_clipped = ints
-        per_token, per_row = 1.0 / max(tokens, 1), 1.0 / max(valid_rows, 1)
-        ratio_mean, ratio_sq = (ratio_sum * per_token, ratio_sq_sum * per_token) if tokens else (1.0, 1.0)
-        seq_mean, seq_sq = (seq_sum * per_row, seq_sq_sum * per_row) if valid_rows else (1.0, 1.0)
+        # Divided, not multiplied by 1/n: n * (1/n) is not 1 for every n, and update 0's ratios are
+        # all exactly 1, so its mean must be 1.0, its std 0.0 and its ESS 1.0 exactly.
+        n_tokens, n_rows = max(tokens, 1), max(valid_rows, 1)
+        ratio_mean, ratio_sq = (ratio_sum / n_tokens, ratio_sq_sum / n_tokens) if tokens else (1.0, 1.0)
+        seq_mean, seq_sq = (seq_sum / n_rows, seq_sq_sum / n_rows) if valid_rows else (1.0, 1.0)
         metrics = {
             names.LOSS: loss_value,
             names.POLICY_LOSS: policy_value,
@@ -737,14 +739,14 @@ def compute_policy_loss(batch: PolicyBatch, config: ObjectiveConfig) -> LossOutp
             names.RATIO_MEAN: ratio_mean,
             names.RATIO_MAX: math.exp(log_ratio_max) if tokens else 1.0,
             names.MAX_ABS_LOG_RATIO: max(log_ratio_max, -log_ratio_min) + 0.0 if tokens else 0.0,  # no -0.0
-            names.KL_OLD: max(0.0, kl_old_sum * per_token),  # max: rounding never shows below 0
-            names.CLIP_FRACTION_LOW: n_low * per_token,
-            names.CLIP_FRACTION_HIGH: n_high * per_token,
-            names.CLIP_FRACTION: n_clipped * per_token,
+            names.KL_OLD: max(0.0, kl_old_sum / n_tokens),  # max: rounding never shows below 0
+            names.CLIP_FRACTION_LOW: n_low / n_tokens,
+            names.CLIP_FRACTION_HIGH: n_high / n_tokens,
+            names.CLIP_FRACTION: n_clipped / n_tokens,
             names.NUM_ACTION_TOKENS: float(tokens),
             names.NUM_VALID_ROWS: float(valid_rows),
             names.RATIO_SQ_MEAN: ratio_sq,
-            names.KL_NEW_OLD: max(0.0, kl_new_old_sum * per_token),
+            names.KL_NEW_OLD: max(0.0, kl_new_old_sum / n_tokens),
             names.SEQ_RATIO_MIN: math.exp(seq_log_min) if valid_rows else 1.0,
             names.SEQ_RATIO_MEAN: seq_mean,
             names.SEQ_RATIO_MAX: math.exp(seq_log_max) if valid_rows else 1.0,

@@ -504,6 +504,20 @@ def test_replay_diagnostics_on_a_hand_worked_two_row_batch():
     assert (same["seq_ratio_std"], same["seq_ratio_ess"], same["clip_fraction"]) == (0.0, 1.0, 0.0)
 
 
+def test_update_zero_figures_are_exact_for_every_token_count():
+    """Update 0 (old = logp) reports ratio mean 1, std 0 and ESS 1 exactly, whatever the number of
+    action tokens or rows: n * (1/n) is 1 - 2^-53 for n = 49, which once logged std 1e-8."""
+    g = torch.Generator().manual_seed(5)
+    for rows, cols in [(1, 49), (7, 7), (49, 3), (3, 41), (98, 1), (13, 11)]:
+        logps = -torch.rand(rows, cols, generator=g) * 4
+        mask = torch.ones(rows, cols, dtype=torch.bool)
+        batch = PolicyBatch(logps, logps.clone(), torch.randn(rows, generator=g), mask)
+        m = compute_policy_loss(batch, ObjectiveConfig.preset("grpo")).metrics
+        figures = (m["ratio_mean"], m["ratio_sq_mean"], m["ratio_std"], m["ratio_ess"])
+        assert figures == (1.0, 1.0, 0.0, 1.0), (rows, cols)
+        assert (m["seq_ratio_mean"], m["seq_ratio_std"], m["seq_ratio_ess"]) == (1.0, 0.0, 1.0), (rows, cols)
+
+
 def test_moment_figures_pool_micro_batches_exactly():
     """std and ESS of a split batch, from the token-weighted means of the parts' moments, equal
     those of the whole batch (how the trainer pools its micro-batches)."""
