@@ -302,7 +302,8 @@ REPLAY_FIGURE_KEYS = (
     RATIO_STD, RATIO_ESS, SEQ_RATIO_STD, KL_NEW_OLD, ENTROPY,
 )
 """Panels of ``replay.png``: each key against the rollout index, one line per replay update k
-(drawn for runs with K > 1). Length and tool calls are the rollout's (the same for every k): see
+(drawn for runs with K > 1); and of ``conditions_by_update.png``: each key against k, one line per
+condition (runs named ``<condition>-seed<S>``). Length and tool calls are the rollout's (the same for every k): see
 ``completion_length.png`` and ``tool_calls.png``."""
 
 CONDITION_FIGURE_KEYS = (

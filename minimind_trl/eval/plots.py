@@ -31,6 +31,10 @@ names the trainer writes with; :func:`figure_keys` says which keys a run's figur
                            rollout: one line per condition (mean over its seeds, min-max band);
                            drawn when the runs are named ``<condition>-seed<S>`` and form several
                            conditions or seeds (a sweep's or the demo's runs/ folder)
+    conditions_by_update.png
+                           the replay diagnostics of replay.png against the update index k: per
+                           condition, each seed's mean over rollouts at k, then the mean over
+                           seeds (band: min-max); same naming rule, at least one run with K > 1
 
 Evaluation bars (:func:`plot_summary`) read a ``summary.json``: for every metric,
 ``eval_<metric>.png`` (condition means with 95 % CI whiskers; the two-level CI when the condition
@@ -153,9 +157,11 @@ def plot_runs(run_paths: Sequence[str | os.PathLike], output_dir: str | os.PathL
     by_update = _plot_by_update(runs, keys_by_run, out)
     if by_update:
         written.append(by_update)
-    conditions = _plot_conditions(runs, out / "conditions.png")
-    if conditions:
-        written.append(conditions)
+    by_condition = _runs_by_condition(runs)
+    for figure in (_plot_conditions(by_condition, out / "conditions.png"),
+                   _plot_conditions_by_update(by_condition, out / "conditions_by_update.png")):
+        if figure:
+            written.append(figure)
     for label, rows in runs:
         replay = _plot_replay(rows, out / ("replay.png" if len(runs) == 1 else f"replay_{_slug(label)}.png"), label)
         if replay:
@@ -222,17 +228,36 @@ def rollout_means(rows: list[dict], key: str) -> dict[int, float]:
     return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
 
 
-def _plot_conditions(runs: list[tuple[str, list[dict]]], path: Path) -> Path | None:
-    """:data:`CONDITION_FIGURE_KEYS` against the rollout, one line per condition (mean over seeds,
-    min-max band). None unless every run is named ``<condition>-seed<S>`` and there are several."""
+def _runs_by_condition(runs: list[tuple[str, list[dict]]]) -> dict[str, list[list[dict]]] | None:
+    """Each condition's runs (its seeds' metric rows); None unless every run is named
+    ``<condition>-seed<S>`` and there are several runs."""
     by_condition: dict[str, list[list[dict]]] = {}
     for label, rows in runs:
         match = SEED_SUFFIX.match(label)
         if match is None:
             return None
         by_condition.setdefault(match["condition"], []).append(rows)
-    keys = [k for k in CONDITION_FIGURE_KEYS if any(_is_number(r.get(k)) for _, rows in runs for r in rows)]
-    if len(runs) < 2 or not keys:
+    return by_condition if len(runs) > 1 else None
+
+
+def _present(by_condition: dict[str, list[list[dict]]], keys: Sequence[str]) -> list[str]:
+    return [k for k in keys if any(_is_number(r.get(k)) for seeds in by_condition.values()
+                                   for rows in seeds for r in rows)]
+
+
+def _mean_and_band(ax, xs: list[int], values: list[list[float]], label: str) -> None:
+    """One line through the means of ``values`` (one list of seeds' values per x), min-max band."""
+    line, = ax.plot(xs, [sum(v) / len(v) for v in values], marker="o" if len(xs) < 10 else None, label=label)
+    if any(len(v) > 1 for v in values):
+        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+
+
+def _plot_conditions(by_condition: dict[str, list[list[dict]]] | None, path: Path) -> Path | None:
+    """:data:`CONDITION_FIGURE_KEYS` against the rollout, one line per condition (mean over seeds,
+    min-max band). None without conditions (:func:`_runs_by_condition`)."""
+    keys = _present(by_condition, CONDITION_FIGURE_KEYS) if by_condition else []
+    if not keys:
         return None
     fig, axes = _panels(len(keys))
     for ax, key in zip(axes, keys):
@@ -241,13 +266,44 @@ def _plot_conditions(runs: list[tuple[str, list[dict]]], path: Path) -> Path | N
             per_seed = [rollout_means(rows, key) for rows in seeds]
             rollouts = sorted(set().union(*per_seed))
             values = [[m[i] for m in per_seed if i in m] for i in rollouts]
-            line, = ax.plot(rollouts, [sum(v) / len(v) for v in values], label=f"{condition} ({len(seeds)} seeds)")
-            if len(seeds) > 1:
-                ax.fill_between(rollouts, [min(v) for v in values], [max(v) for v in values],
-                                color=line.get_color(), alpha=0.15, linewidth=0)
+            _mean_and_band(ax, rollouts, values, f"{condition} ({len(seeds)} seeds)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle("per condition: mean over seeds (band: min-max), each rollout's mean over its K updates")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def update_means(rows: list[dict], key: str) -> dict[int, float]:
+    """Per replay update index k: the mean of ``key`` over the run's rollouts (their k-th records)."""
+    sums: dict[int, list[float]] = {}
+    for r in rows:
+        if _is_number(r.get(UPDATE)) and _is_number(r.get(key)):
+            sums.setdefault(int(r[UPDATE]), []).append(float(r[key]))
+    return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
+
+
+def _plot_conditions_by_update(by_condition: dict[str, list[list[dict]]] | None, path: Path) -> Path | None:
+    """:data:`REPLAY_FIGURE_KEYS` against the update index k, one line per condition: each seed's
+    mean over its rollouts at k, then the mean over seeds (min-max band). None without conditions or
+    without a run of K > 1."""
+    keys = _present(by_condition, REPLAY_FIGURE_KEYS) if by_condition else []
+    if not keys or not any(_is_number(r.get(UPDATE)) and r[UPDATE] > 0
+                           for seeds in by_condition.values() for rows in seeds for r in rows):
+        return None
+    fig, axes = _panels(len(keys))
+    for ax, key in zip(axes, keys):
+        ax.set(title=key, xlabel="update index k within a rollout")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        for condition, seeds in by_condition.items():
+            per_seed = [update_means(rows, key) for rows in seeds]
+            ks = sorted(set().union(*per_seed))
+            if ks:
+                _mean_and_band(ax, ks, [[m[k] for m in per_seed if k in m] for k in ks],
+                               f"{condition} ({len(seeds)} seeds)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("per condition and replay update k: mean over rollouts, then over seeds (band: min-max)")
     fig.tight_layout()
     return _save(fig, path)
 

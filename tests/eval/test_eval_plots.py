@@ -122,11 +122,52 @@ def test_conditions_figure_averages_each_rollout_over_its_updates_then_over_seed
     assert drawn[("reward_mean", "grpo (2 seeds)")] == ([0, 1, 2], [1.0, 2.0, 3.0])  # seeds 0.5 + r and 1.5 + r
     assert drawn[("reward_mean", "cispo (1 seeds)")] == ([0, 1, 2], [5.5, 6.5, 7.5])
     assert ([0, 1, 2], [0.5, 1.5, 2.5], [1.5, 2.5, 3.5]) in bands  # grpo's min-max over its seeds
-    assert len(bands) == 2  # grpo on reward_mean and entropy; one seed draws no band
+    # grpo on reward_mean and entropy; one seed draws no band (conditions_by_update's bands have x = k = 0, 1)
+    assert len([band for band in bands if band[0] == [0, 1, 2]]) == 2
     # a folder not named <condition>-seed<S>, or a single run, draws no conditions figure
     assert "conditions.png" not in {p.name for p in plot_runs([runs[0]], tmp_path / "one")}
     odd = write_metrics(tmp_path / "odd")
     assert "conditions.png" not in {p.name for p in plot_runs([runs[0], odd], tmp_path / "mixed")}
+
+
+def test_conditions_by_update_figure_averages_over_rollouts_then_seeds_per_k(tmp_path, monkeypatch):
+    """conditions_by_update.png: per replay diagnostic, x = update index k, one line per condition:
+    each seed's mean over its rollouts at k, then the mean over seeds, with the seeds' min-max band;
+    not drawn when every run has K = 1."""
+    import matplotlib.axes
+
+    lines, bands = [], []
+    plot, fill = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.fill_between
+
+    def spy_plot(self, *args, **kwargs):
+        lines.append((self.get_title(), kwargs.get("label"), list(args[0]), list(args[1])))
+        return plot(self, *args, **kwargs)
+
+    def spy_fill(self, x, low, high, **kwargs):
+        bands.append((self.get_title(), list(x), list(low), list(high)))
+        return fill(self, x, low, high, **kwargs)
+
+    def write(name, k, scale):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        # rollout r, update u: clip_fraction_low = scale * u * (r + 1); mean over r = 0..2 is 2 * scale * u
+        rows = [{"step": k * r + u, "rollout": r, "update": u, "clip_fraction_low": scale * u * (r + 1),
+                 "kl_new_old": 0.0} for r in range(3) for u in range(k)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        return run
+
+    runs = [write("grpo_e4-seed1", 3, 1.0), write("grpo_e4-seed2", 3, 2.0), write("cispo-seed1", 3, 0.5)]
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy_plot)
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", spy_fill)
+    assert "conditions_by_update.png" in {p.name for p in plot_runs(runs, tmp_path / "fig")}
+    drawn = {label: (xs, ys) for title, label, xs, ys in lines
+             if title == "clip_fraction_low" and label and "seeds)" in label and xs == [0, 1, 2]}
+    # seeds 1 and 2: 2u and 4u per k; their mean 3u; band [2u, 4u]; cispo's one seed: u
+    assert drawn["grpo_e4 (2 seeds)"] == ([0, 1, 2], [0.0, 3.0, 6.0])
+    assert drawn["cispo (1 seeds)"] == ([0, 1, 2], [0.0, 1.0, 2.0])
+    assert ("clip_fraction_low", [0, 1, 2], [0.0, 2.0, 4.0], [0.0, 4.0, 8.0]) in bands
+    k1 = [write("k1-seed1", 1, 1.0), write("k1-seed2", 1, 1.0)]
+    assert "conditions_by_update.png" not in {p.name for p in plot_runs(k1, tmp_path / "k1fig")}
 
 
 def test_plot_only_present_keys(tmp_path):
