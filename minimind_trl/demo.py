@@ -151,7 +151,18 @@ K1 = Experiment(
     seeds=3,
     eval_questions=600,
 )
-EXPERIMENTS = {experiment.name: experiment for experiment in (DEFAULT, K1)}
+PASSES = Experiment(
+    name="replay_passes",
+    shows=("GRPO and Dr.GRPO under replay as K = 4 passes over each whole rollout (recipes/demo/rl_replay_passes.yaml: "
+           "every trajectory used 4 times, about 2.4x the default's compute), against the SFT start on the 600 test "
+           "questions with two-level CIs over 3 RL seeds: on the third demo start (--seed 21) +0.10 and +0.12, the "
+           "largest gains the lab has measured, above the default's 4 minibatches there by +0.028 (resolved) "
+           "(docs/demo_results.md, replay study 4a-E)"),
+    arms=objective_arms(("grpo", "dr_grpo"), "rl_replay_passes.yaml"),
+    seeds=3,
+    eval_questions=600,
+)
+EXPERIMENTS = {experiment.name: experiment for experiment in (DEFAULT, K1, PASSES)}
 QUICK_SEEDS = 2
 
 # Wall seconds of the stages on the reference machine (2 idle cores), measured by the default demo
@@ -162,7 +173,8 @@ REFERENCE_SECONDS = {"pretrain": 371.0, "sft": 117.0, "eval": 114.0, "summary": 
 # One RL run of each demo recipe (process start, its 60 rollouts, saving), one thread
 # beside another job. rl_replay.yaml (60 rollouts): 812-858 s in that run, mean 829; rl.yaml (60
 # rollouts, K = 1): 60 x 11.5 s (benchmarks/cpu_speed.py, bf16 one-thread job beside another) + 20 s.
-RL_RUN_SECONDS = {"rl.yaml": 710.0, "rl_replay.yaml": 829.0}
+# rl_replay_passes.yaml: six runs of the replay study's 4a-E, two at a time (session 25), 1,530-1,653 s, mean 1,583.
+RL_RUN_SECONDS = {"rl.yaml": 710.0, "rl_replay.yaml": 829.0, "rl_replay_passes.yaml": 1583.0}
 
 
 @dataclass(frozen=True)
@@ -649,7 +661,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"RL seeds per arm (default {DEFAULT.seeds}; --quick: {QUICK_SEEDS}): seed, seed+1, ...")
     parser.add_argument("--experiment", default=DEFAULT.name, choices=sorted(EXPERIMENTS),
                         help=f"which fixed experiment (default {DEFAULT.name}; {K1.name}: the K = 1 comparison of "
-                             "GRPO and Dr.GRPO, about an hour)")
+                             f"GRPO and Dr.GRPO, about an hour; {PASSES.name}: GRPO and Dr.GRPO with K = 4 passes, "
+                             "about 2 h)")
     parser.add_argument("--ablation", action="store_true",
                         help="also train the 2x2 cells zscore_fixedL and center_seqmean; the summary reports "
                              "the interaction")

@@ -135,6 +135,14 @@ def test_the_default_plan_reads_nothing_of_the_machine(monkeypatch):
     k1 = demo.make_plan(experiment="k1_two_algorithms")
     assert [(a.name, a.recipe) for a in k1.arms] == [("grpo", "rl.yaml"), ("dr_grpo", "rl.yaml")]
     assert sum(k1.reference_seconds().values()) <= 60 * 60  # issue 38: the K = 1 experiment fits an hour
+    passes = demo.make_plan(experiment="replay_passes")
+    assert [(a.name, a.recipe) for a in passes.arms] == [("grpo", "rl_replay_passes.yaml"),
+                                                         ("dr_grpo", "rl_replay_passes.yaml")]
+    recipe = demo.rl_recipe("rl_replay_passes.yaml")  # the E form: 4 passes of the whole 24 x 4 rollout
+    assert (recipe.passes, recipe.minibatches, recipe.rollouts, recipe.prompts) == (4, 1, 60, 24)
+    assert recipe.learning_rate == demo.rl_recipe("rl_replay.yaml").learning_rate
+    assert "K = 4 (4 passes x 1 minibatch)" in passes.describe()
+    assert passes.reference_seconds()["rl"] == 3 * demo.RL_RUN_SECONDS["rl_replay_passes.yaml"]  # 6 runs, 2 slots
 
 
 def test_reference_time_schedules_runs_on_the_job_slots():
