@@ -156,8 +156,8 @@ PASSES = Experiment(
     shows=("GRPO and Dr.GRPO under replay as K = 4 passes over each whole rollout (recipes/demo/rl_replay_passes.yaml: "
            "every trajectory used 4 times, about twice the default's run time), against the SFT start on the 600 test "
            "questions with two-level CIs over 3 RL seeds: on the third demo start (--seed 21) +0.10 and +0.12, the "
-           "largest gains the lab has measured, above the default's 4 minibatches there by +0.028 (resolved) "
-           "(docs/demo_results.md, replay study 4a-E)"),
+           "largest gains the lab has measured, above the default's 4 minibatches there by +0.028 (resolved); on the "
+           "second (--seed 7) GRPO +0.042, the same as the minibatches (docs/demo_results.md, replay study 4a-E)"),
     arms=objective_arms(("grpo", "dr_grpo"), "rl_replay_passes.yaml"),
     seeds=3,
     eval_questions=600,
