@@ -90,50 +90,8 @@ def test_replay_figure_draws_one_line_per_update_k_for_runs_with_replay(tmp_path
     assert not (tmp_path / "two" / "replay_k1.png").exists()
 
 
-def test_conditions_figure_averages_each_rollout_over_its_updates_then_over_seeds(tmp_path, monkeypatch):
-    """conditions.png: one line per condition (runs named <condition>-seed<S>), the value per rollout
-    is the mean of the rollout's K records, averaged over seeds, with the seeds' min-max band."""
-    import matplotlib.axes
-
-    lines, bands = [], []
-    plot, fill = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.fill_between
-
-    def spy_plot(self, *args, **kwargs):
-        lines.append((self.get_title(), kwargs.get("label"), list(args[0]), list(args[1])))
-        return plot(self, *args, **kwargs)
-
-    def spy_fill(self, x, low, high, **kwargs):
-        bands.append((list(x), list(low), list(high)))
-        return fill(self, x, low, high, **kwargs)
-
-    runs = []
-    for name, reward in (("grpo-seed1", 0.0), ("grpo-seed2", 1.0), ("cispo-seed1", 5.0)):
-        run = tmp_path / "runs" / name
-        run.mkdir(parents=True)
-        rows = [{"step": 2 * r + u, "rollout": r, "update": u, "reward_mean": reward + r + u,
-                 "entropy": 0.5} for r in range(3) for u in range(2)]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
-        runs.append(run)
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy_plot)
-    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", spy_fill)
-    assert "conditions.png" in {p.name for p in plot_runs(runs, tmp_path / "fig")}
-    drawn = {(title, label): (xs, ys) for title, label, xs, ys in lines if label and "seed" in label}
-    # rollout r, update u: reward + r + u; a rollout's mean over u = 0, 1 is reward + r + 0.5
-    assert drawn[("reward_mean", "grpo (2 seeds)")] == ([0, 1, 2], [1.0, 2.0, 3.0])  # seeds 0.5 + r and 1.5 + r
-    assert drawn[("reward_mean", "cispo (1 seeds)")] == ([0, 1, 2], [5.5, 6.5, 7.5])
-    assert ([0, 1, 2], [0.5, 1.5, 2.5], [1.5, 2.5, 3.5]) in bands  # grpo's min-max over its seeds
-    # grpo on reward_mean and entropy; one seed draws no band (conditions_by_update's bands have x = k = 0, 1)
-    assert len([band for band in bands if band[0] == [0, 1, 2]]) == 2
-    # a folder not named <condition>-seed<S>, or a single run, draws no conditions figure
-    assert "conditions.png" not in {p.name for p in plot_runs([runs[0]], tmp_path / "one")}
-    odd = write_metrics(tmp_path / "odd")
-    assert "conditions.png" not in {p.name for p in plot_runs([runs[0], odd], tmp_path / "mixed")}
-
-
-def test_conditions_by_update_figure_averages_over_rollouts_then_seeds_per_k(tmp_path, monkeypatch):
-    """conditions_by_update.png: per replay diagnostic, x = update index k, one line per condition:
-    each seed's mean over its rollouts at k, then the mean over seeds, with the seeds' min-max band;
-    not drawn when every run has K = 1."""
+def spy_lines_and_bands(monkeypatch) -> tuple[list, list]:
+    """Record every line (title, label, xs, ys) and band (title, xs, low, high) matplotlib draws."""
     import matplotlib.axes
 
     lines, bands = [], []
@@ -147,6 +105,42 @@ def test_conditions_by_update_figure_averages_over_rollouts_then_seeds_per_k(tmp
         bands.append((self.get_title(), list(x), list(low), list(high)))
         return fill(self, x, low, high, **kwargs)
 
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy_plot)
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", spy_fill)
+    return lines, bands
+
+
+def test_conditions_figure_averages_each_rollout_over_its_updates_then_over_seeds(tmp_path, monkeypatch):
+    """conditions.png: one line per condition (runs named <condition>-seed<S>), the value per rollout
+    is the mean of the rollout's K records, averaged over seeds, with the seeds' min-max band."""
+    runs = []
+    for name, reward in (("grpo-seed1", 0.0), ("grpo-seed2", 1.0), ("cispo-seed1", 5.0)):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        rows = [{"step": 2 * r + u, "rollout": r, "update": u, "reward_mean": reward + r + u,
+                 "entropy": 0.5} for r in range(3) for u in range(2)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        runs.append(run)
+    lines, bands = spy_lines_and_bands(monkeypatch)
+    assert "conditions.png" in {p.name for p in plot_runs(runs, tmp_path / "fig")}
+    drawn = {(title, label): (xs, ys) for title, label, xs, ys in lines if label and "seed" in label}
+    # rollout r, update u: reward + r + u; a rollout's mean over u = 0, 1 is reward + r + 0.5
+    assert drawn[("reward_mean", "grpo (2 seeds)")] == ([0, 1, 2], [1.0, 2.0, 3.0])  # seeds 0.5 + r and 1.5 + r
+    assert drawn[("reward_mean", "cispo (1 seeds)")] == ([0, 1, 2], [5.5, 6.5, 7.5])
+    assert ("reward_mean", [0, 1, 2], [0.5, 1.5, 2.5], [1.5, 2.5, 3.5]) in bands  # grpo's min-max over its seeds
+    # grpo on reward_mean and entropy; one seed draws no band (conditions_by_update's bands have x = k = 0, 1)
+    assert len([band for band in bands if band[1] == [0, 1, 2]]) == 2
+    # a folder not named <condition>-seed<S>, or a single run, draws no conditions figure
+    assert "conditions.png" not in {p.name for p in plot_runs([runs[0]], tmp_path / "one")}
+    odd = write_metrics(tmp_path / "odd")
+    assert "conditions.png" not in {p.name for p in plot_runs([runs[0], odd], tmp_path / "mixed")}
+
+
+def test_conditions_by_update_figure_averages_over_rollouts_then_seeds_per_k(tmp_path, monkeypatch):
+    """conditions_by_update.png: per replay diagnostic, x = update index k, one line per condition:
+    each seed's mean over its rollouts at k, then the mean over seeds, with the seeds' min-max band;
+    not drawn when every run has K = 1."""
+
     def write(name, k, scale):
         run = tmp_path / "runs" / name
         run.mkdir(parents=True)
@@ -157,8 +151,7 @@ def test_conditions_by_update_figure_averages_over_rollouts_then_seeds_per_k(tmp
         return run
 
     runs = [write("grpo_e4-seed1", 3, 1.0), write("grpo_e4-seed2", 3, 2.0), write("cispo-seed1", 3, 0.5)]
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy_plot)
-    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", spy_fill)
+    lines, bands = spy_lines_and_bands(monkeypatch)
     assert "conditions_by_update.png" in {p.name for p in plot_runs(runs, tmp_path / "fig")}
     drawn = {label: (xs, ys) for title, label, xs, ys in lines
              if title == "clip_fraction_low" and label and "seeds)" in label and xs == [0, 1, 2]}
