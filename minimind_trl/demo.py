@@ -662,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", default=DEFAULT.name, choices=sorted(EXPERIMENTS),
                         help=f"which fixed experiment (default {DEFAULT.name}; {K1.name}: the K = 1 comparison of "
                              f"GRPO and Dr.GRPO, about an hour; {PASSES.name}: GRPO and Dr.GRPO with K = 4 passes, "
-                             "about 2 h)")
+                             "about 1 h 40 min)")
     parser.add_argument("--ablation", action="store_true",
                         help="also train the 2x2 cells zscore_fixedL and center_seqmean; the summary reports "
                              "the interaction")
