@@ -178,14 +178,10 @@ def _plot_by_update(runs, keys_by_run, out: Path) -> Path | None:
     drawn = False
     for (label, rows), keys in zip(runs, keys_by_run):
         for key in (k for k in keys if BY_UPDATE_PATTERN.search(k)):
-            groups: dict[int, list[float]] = {}
-            for r in rows:
-                if _is_number(r.get(UPDATE)) and _is_number(r.get(key)):
-                    groups.setdefault(int(r[UPDATE]), []).append(float(r[key]))
-            if groups:
-                ks = sorted(groups)
+            means = index_means(rows, key, UPDATE)
+            if means:
                 ax = axes[0] if key.startswith(BY_UPDATE_RATIO_PREFIX) else axes[1]
-                ax.plot(ks, [sum(groups[k]) / len(groups[k]) for k in ks], marker="o",
+                ax.plot(list(means), list(means.values()), marker="o",
                         label=f"{label}: {key}" if len(runs) > 1 else key)
                 drawn = True
     if not drawn:
@@ -219,13 +215,15 @@ def _legend(ax, lines: int) -> None:
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + lines // 25)
 
 
-def rollout_means(rows: list[dict], key: str) -> dict[int, float]:
-    """Per rollout index: the mean of ``key`` over the rollout's update records (K of them)."""
-    sums: dict[int, list[float]] = {}
+def index_means(rows: list[dict], key: str, index: str) -> dict[int, float]:
+    """Per value of the record key ``index``: the mean of ``key`` over the records holding it.
+    ``ROLLOUT``: each rollout's mean over its K update records; ``UPDATE``: each replay update k's
+    mean over the run's rollouts."""
+    groups: dict[int, list[float]] = {}
     for r in rows:
-        if _is_number(r.get(ROLLOUT)) and _is_number(r.get(key)):
-            sums.setdefault(int(r[ROLLOUT]), []).append(float(r[key]))
-    return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
+        if _is_number(r.get(index)) and _is_number(r.get(key)):
+            groups.setdefault(int(r[index]), []).append(float(r[key]))
+    return {i: sum(v) / len(v) for i, v in sorted(groups.items())}
 
 
 def _runs_by_condition(runs: list[tuple[str, list[dict]]]) -> dict[str, list[list[dict]]] | None:
@@ -263,7 +261,7 @@ def _plot_conditions(by_condition: dict[str, list[list[dict]]] | None, path: Pat
     for ax, key in zip(axes, keys):
         ax.set(title=key, xlabel="rollout")
         for condition, seeds in by_condition.items():
-            per_seed = [rollout_means(rows, key) for rows in seeds]
+            per_seed = [index_means(rows, key, ROLLOUT) for rows in seeds]
             rollouts = sorted(set().union(*per_seed))
             values = [[m[i] for m in per_seed if i in m] for i in rollouts]
             _mean_and_band(ax, rollouts, values, f"{condition} ({len(seeds)} seeds)")
@@ -272,15 +270,6 @@ def _plot_conditions(by_condition: dict[str, list[list[dict]]] | None, path: Pat
     fig.suptitle("per condition: mean over seeds (band: min-max), each rollout's mean over its K updates")
     fig.tight_layout()
     return _save(fig, path)
-
-
-def update_means(rows: list[dict], key: str) -> dict[int, float]:
-    """Per replay update index k: the mean of ``key`` over the run's rollouts (their k-th records)."""
-    sums: dict[int, list[float]] = {}
-    for r in rows:
-        if _is_number(r.get(UPDATE)) and _is_number(r.get(key)):
-            sums.setdefault(int(r[UPDATE]), []).append(float(r[key]))
-    return {k: sum(v) / len(v) for k, v in sorted(sums.items())}
 
 
 def _plot_conditions_by_update(by_condition: dict[str, list[list[dict]]] | None, path: Path) -> Path | None:
@@ -296,7 +285,7 @@ def _plot_conditions_by_update(by_condition: dict[str, list[list[dict]]] | None,
         ax.set(title=key, xlabel="update index k within a rollout")
         ax.xaxis.get_major_locator().set_params(integer=True)
         for condition, seeds in by_condition.items():
-            per_seed = [update_means(rows, key) for rows in seeds]
+            per_seed = [index_means(rows, key, UPDATE) for rows in seeds]
             ks = sorted(set().union(*per_seed))
             if ks:
                 _mean_and_band(ax, ks, [[m[k] for m in per_seed if k in m] for k in ks],
