@@ -243,12 +243,25 @@ def _present(by_condition: dict[str, list[list[dict]]], keys: Sequence[str]) -> 
                                    for rows in seeds for r in rows)]
 
 
-def _mean_and_band(ax, xs: list[int], values: list[list[float]], label: str) -> None:
+def _condition_colors(by_condition: dict[str, list[list[dict]]]) -> dict[str, str]:
+    """One colour per condition for every panel: a panel only some conditions log (GSPO's sequence clip,
+    CISPO's weight) draws each in its own colour, not the next in that panel's cycle."""
+    return {condition: f"C{i % 10}" for i, condition in enumerate(by_condition)}
+
+
+def _condition_legends(axes, conditions: int) -> None:
+    """A legend on the first panel that draws every condition, and on each panel that draws only some."""
+    full = next((ax for ax in axes if len(ax.lines) == conditions), None)
+    for ax in axes:
+        if ax is full or 0 < len(ax.lines) < conditions:
+            ax.legend(fontsize=7)
+
+
+def _mean_and_band(ax, xs: list[int], values: list[list[float]], label: str, color: str) -> None:
     """One line through the means of ``values`` (one list of seeds' values per x), min-max band."""
-    line, = ax.plot(xs, [sum(v) / len(v) for v in values], marker="o" if len(xs) < 10 else None, label=label)
+    ax.plot(xs, [sum(v) / len(v) for v in values], marker="o" if len(xs) < 10 else None, label=label, color=color)
     if any(len(v) > 1 for v in values):
-        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values],
-                        color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], color=color, alpha=0.15, linewidth=0)
 
 
 def _plot_conditions(by_condition: dict[str, list[list[dict]]] | None, path: Path) -> Path | None:
@@ -258,15 +271,17 @@ def _plot_conditions(by_condition: dict[str, list[list[dict]]] | None, path: Pat
     if not keys:
         return None
     fig, axes = _panels(len(keys))
+    colors = _condition_colors(by_condition)
     for ax, key in zip(axes, keys):
         ax.set(title=key, xlabel="rollout")
         for condition, seeds in by_condition.items():
             per_seed = [index_means(rows, key, ROLLOUT) for rows in seeds]
             rollouts = sorted(set().union(*per_seed))
-            values = [[m[i] for m in per_seed if i in m] for i in rollouts]
-            _mean_and_band(ax, rollouts, values, f"{condition} ({len(seeds)} seeds)")
+            if rollouts:
+                values = [[m[i] for m in per_seed if i in m] for i in rollouts]
+                _mean_and_band(ax, rollouts, values, f"{condition} ({len(seeds)} seeds)", colors[condition])
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    _condition_legends(axes, len(by_condition))
     fig.suptitle("per condition: mean over seeds (band: min-max), each rollout's mean over its K updates")
     fig.tight_layout()
     return _save(fig, path)
@@ -281,6 +296,7 @@ def _plot_conditions_by_update(by_condition: dict[str, list[list[dict]]] | None,
                            for seeds in by_condition.values() for rows in seeds for r in rows):
         return None
     fig, axes = _panels(len(keys))
+    colors = _condition_colors(by_condition)
     for ax, key in zip(axes, keys):
         ax.set(title=key, xlabel="update index k within a rollout")
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -289,9 +305,9 @@ def _plot_conditions_by_update(by_condition: dict[str, list[list[dict]]] | None,
             ks = sorted(set().union(*per_seed))
             if ks:
                 _mean_and_band(ax, ks, [[m[k] for m in per_seed if k in m] for k in ks],
-                               f"{condition} ({len(seeds)} seeds)")
+                               f"{condition} ({len(seeds)} seeds)", colors[condition])
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    _condition_legends(axes, len(by_condition))
     fig.suptitle("per condition and replay update k: mean over rollouts, then over seeds (band: min-max)")
     fig.tight_layout()
     return _save(fig, path)

@@ -163,6 +163,37 @@ def test_conditions_by_update_figure_averages_over_rollouts_then_seeds_per_k(tmp
     assert "conditions_by_update.png" not in {p.name for p in plot_runs(k1, tmp_path / "k1fig")}
 
 
+def test_condition_figures_keep_each_conditions_colour_in_panels_only_some_conditions_log(tmp_path, monkeypatch):
+    """GSPO's sequence clip is logged by GSPO runs only: in its panel GSPO's line keeps GSPO's colour
+    from the shared panels (not the first colour, which is another condition's), and that panel has its
+    own legend; in conditions.png too."""
+    from minimind_trl.eval import plots
+
+    def write(name, gspo):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        rows = [{"step": 2 * r + u, "rollout": r, "update": u, "kl_new_old": 0.1 * u, "clip_fraction": 0.0,
+                 **({"gspo_seq_clip_fraction": 0.2 * u} if gspo else {})} for r in range(2) for u in range(2)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        return run
+
+    figures = {}
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.setdefault(path.name, fig) and save(fig, path))
+    plots.plot_runs([write("grpo-seed1", False), write("cispo-seed1", False), write("gspo-seed1", True)],
+                    tmp_path / "fig")
+    by_update = {ax.get_title(): ax for ax in figures["conditions_by_update.png"].axes}
+    colour = {line.get_label(): line.get_color() for line in by_update["kl_new_old"].lines}
+    assert len(set(colour.values())) == 3
+    (gspo_line,) = by_update["gspo_seq_clip_fraction"].lines
+    assert gspo_line.get_label() == "gspo (1 seeds)" and gspo_line.get_color() == colour["gspo (1 seeds)"]
+    assert by_update["gspo_seq_clip_fraction"].get_legend() is not None
+    assert by_update["kl_new_old"].get_legend() is not None  # the first panel with all three names them
+    conditions = {ax.get_title(): ax for ax in figures["conditions.png"].axes}
+    assert {line.get_label(): line.get_color() for line in conditions["kl_new_old"].lines} == colour
+    assert conditions["kl_new_old"].get_legend() is not None and conditions["clip_fraction"].get_legend() is None
+
+
 def test_plot_only_present_keys(tmp_path):
     run = tmp_path / "dense"
     run.mkdir()
