@@ -254,7 +254,7 @@ def _condition_legends(axes, conditions: int) -> None:
     full = next((ax for ax in axes if len(ax.lines) == conditions), None)
     for ax in axes:
         if ax is full or 0 < len(ax.lines) < conditions:
-            ax.legend(fontsize=7)
+            _legend(ax, len(ax.lines))
 
 
 def _mean_and_band(ax, xs: list[int], values: list[list[float]], label: str, color: str) -> None:

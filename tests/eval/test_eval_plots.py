@@ -177,9 +177,13 @@ def test_condition_figures_keep_each_conditions_colour_in_panels_only_some_condi
         (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
         return run
 
-    figures = {}
-    save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.setdefault(path.name, fig) and save(fig, path))
+    figures, save = {}, plots._save
+
+    def keep(fig, path):
+        figures[path.name] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
     plots.plot_runs([write("grpo-seed1", False), write("cispo-seed1", False), write("gspo-seed1", True)],
                     tmp_path / "fig")
     by_update = {ax.get_title(): ax for ax in figures["conditions_by_update.png"].axes}
