@@ -40,7 +40,8 @@ import torch  # noqa: E402
 from _common import environment, print_table, print_targets, write_json  # noqa: E402
 
 CONFIGS = {
-    "before": ["rollout.engine=trl", "training.prefix_sharing=false"],
+    # TRL's pass runs the model's own attention, so the fp32-attention option is off there
+    "before": ["rollout.engine=trl", "training.prefix_sharing=false", "training.cast_attention_to_fp32=false"],
     "shared": ["rollout.engine=trl", "training.prefix_sharing=true"],
     "after": ["rollout.engine=minimind", "training.prefix_sharing=true"],
 }

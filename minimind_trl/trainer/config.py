@@ -112,9 +112,11 @@ class MiniMindGRPOConfig(GRPOConfig):
             forward and backward; old log-probs, updates and the reference pass alike) in fp32 on the
             bf16 queries, keys and values, as TRL's `cast_lm_head_to_fp32` does for the LM head. On a
             CPU bf16 attention with a mask is slower than fp32 (`benchmarks/README.md`), so this is
-            faster there; it also changes the numbers (more accurate attention), hence an option. The
-            old-log-prob pass and every update use the same setting, so update 0's ratio stays exactly 1.
-            No effect in fp32. Needs `prefix_sharing` (TRL's pass runs the model's own attention).
+            faster there; it also changes the numbers (more accurate attention), hence an option,
+            off by default here and set by the demo's CPU recipes (`recipes/demo/rl.yaml`), whose
+            learning-parity table against fp32 is in docs/demo_results.md. The old-log-prob pass and
+            every update use the same setting, so update 0's ratio stays exactly 1. No effect in fp32.
+            Needs `prefix_sharing` (TRL's pass runs the model's own attention).
 
         > Rollouts
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -34,18 +34,23 @@ _ARM_BF16_FLAG = "bf16"  # /proc/cpuinfo "Features" word of the Armv8.6 BF16 ext
 @dataclass(frozen=True)
 class Precision:
     """What ``training.bf16`` resolved to: ``requested`` (true / false / auto), ``bf16`` (the
-    TrainingArguments value), ``device`` (cpu / cuda) and ``reason`` (one line, for the log)."""
+    TrainingArguments value), ``device`` (cpu / cuda), ``reason`` (one line, for the log) and
+    ``attention_fp32`` (the policy passes' attention runs in fp32 under bf16:
+    ``training.cast_attention_to_fp32`` set and bf16 chosen; in fp32 the setting changes nothing)."""
 
     requested: bool | str
     bf16: bool
     device: str
     reason: str
+    attention_fp32: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def log_line(self) -> str:
         what = "bf16 autocast, fp32 master weights" if self.bf16 else "fp32"
+        if self.attention_fp32:
+            what += ", attention in fp32 (training.cast_attention_to_fp32)"
         return f"precision: {what} on {self.device} (training.bf16={_spelled(self.requested)}: {self.reason})"
 
 
@@ -110,5 +115,7 @@ def training_arguments(recipe: dict) -> tuple[dict, Precision]:
     (unset = ``auto``), and the :class:`Precision` it resolved to."""
     training = dict(recipe["training"])
     precision = resolve_precision(training.get("bf16", AUTO), bool(training.get("use_cpu", False)))
+    if precision.bf16 and training.get("cast_attention_to_fp32", False):
+        precision = replace(precision, attention_fp32=True)
     training["bf16"] = precision.bf16
     return training, precision

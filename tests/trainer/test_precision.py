@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from minimind_trl.trainer import precision
 from minimind_trl.trainer.precision import NATIVE_BF16_ENV, resolve_precision, training_arguments
-from minimind_trl.trainer.recipe import RecipeError, validate_recipe
+from minimind_trl.trainer.recipe import RecipeError, load_recipe, validate_recipe
 
 
 def test_explicit_values_win_over_detection(monkeypatch):
@@ -78,3 +80,41 @@ def test_unset_means_auto_and_the_recipe_keeps_what_was_asked(monkeypatch):
 def test_only_true_false_or_auto(value):
     with pytest.raises(RecipeError, match="training.bf16 must be true, false or auto"):
         _recipe(bf16=value)
+
+
+def _grpo_recipe(**training) -> dict:
+    return validate_recipe({"kind": "grpo", "model": {"preset": "tiny"}, "data": {"path": "x"},
+                            "rollout": {"group_size": 2, "tool_names": ["calculate_math"]},
+                            "rewards": ["success_reward"], "training": {"use_cpu": True, **training}})
+
+
+def test_fp32_attention_is_named_only_where_it_acts(monkeypatch):
+    recipe = _grpo_recipe(bf16="auto", cast_attention_to_fp32=True)
+    monkeypatch.setenv(NATIVE_BF16_ENV, "1")
+    fields, chosen = training_arguments(recipe)
+    assert fields["bf16"] is True and fields["cast_attention_to_fp32"] is True and chosen.attention_fp32
+    assert chosen.log_line() == ("precision: bf16 autocast, fp32 master weights, attention in fp32 "
+                                 f"(training.cast_attention_to_fp32) on cpu (training.bf16=auto: {NATIVE_BF16_ENV}=1)")
+    assert chosen.as_dict()["attention_fp32"] is True  # the manifest's precision block
+    monkeypatch.setenv(NATIVE_BF16_ENV, "0")  # fp32: the setting changes nothing, so the log does not name it
+    chosen = training_arguments(recipe)[1]
+    assert not chosen.attention_fp32 and "attention" not in chosen.log_line()
+    monkeypatch.setenv(NATIVE_BF16_ENV, "1")
+    assert not training_arguments(_grpo_recipe(bf16="auto"))[1].attention_fp32
+
+
+DEMO_RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "demo"
+
+
+def test_the_demo_recipes_train_with_fp32_attention_and_the_published_study_runs_keep_theirs(monkeypatch):
+    """The demo's three RL recipes default to bf16 with fp32 attention (its parity table is in
+    docs/demo_results.md); the study recipes whose published runs were made in bf16 before that default
+    pin the attention those runs used, so that rerunning them reproduces them."""
+    monkeypatch.setenv(NATIVE_BF16_ENV, "1")
+    for name in ("rl.yaml", "rl_replay.yaml", "rl_replay_passes.yaml"):
+        assert training_arguments(load_recipe(DEMO_RECIPES / name))[1].attention_fp32, name
+    published_bf16 = sorted((DEMO_RECIPES / "study").glob("k4_*/*.yaml"))
+    in_bf16 = [p for p in published_bf16 if training_arguments(load_recipe(p))[1].bf16]
+    assert {p.parent.name for p in in_bf16} == {"k4_control", "k4_minibatch", "k4_passes"}
+    for path in in_bf16:
+        assert not training_arguments(load_recipe(path))[1].attention_fp32, path

@@ -151,7 +151,8 @@ def test_manifest_records_the_run(tmp_path, split_dir):
     assert manifest["seed"] == 7 and manifest["world_size"] == 1
     assert manifest["torch_threads"] == torch.get_num_threads()
     assert manifest["replay"] == {"passes": 1, "minibatches": 1, "updates_per_rollout": 1}
-    assert manifest["precision"] == {"requested": False, "bf16": False, "device": "cpu", "reason": "set in the recipe"}
+    assert manifest["precision"] == {"requested": False, "bf16": False, "device": "cpu", "reason": "set in the recipe",
+                                     "attention_fp32": False}
     assert manifest["versions"]["trl"] and manifest["versions"]["torch"] and "git" in manifest
     assert (run_dir / "initial_model" / "config.json").is_file() and (run_dir / "final" / "config.json").is_file()
     row = read_metrics(run_dir / "metrics.jsonl")[0]
