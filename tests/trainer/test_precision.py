@@ -113,8 +113,8 @@ def test_the_demo_recipes_train_with_fp32_attention_and_the_published_study_runs
     monkeypatch.setenv(NATIVE_BF16_ENV, "1")
     for name in ("rl.yaml", "rl_replay.yaml", "rl_replay_passes.yaml"):
         assert training_arguments(load_recipe(DEMO_RECIPES / name))[1].attention_fp32, name
-    published_bf16 = sorted((DEMO_RECIPES / "study").glob("k4_*/*.yaml"))
-    in_bf16 = [p for p in published_bf16 if training_arguments(load_recipe(p))[1].bf16]
-    assert {p.parent.name for p in in_bf16} == {"k4_control", "k4_minibatch", "k4_passes"}
-    for path in in_bf16:
-        assert not training_arguments(load_recipe(path))[1].attention_fp32, path
+    study = {path: training_arguments(load_recipe(path))[1] for path in (DEMO_RECIPES / "study").glob("k4_*/*.yaml")}
+    in_bf16 = {path: chosen for path, chosen in study.items() if chosen.bf16}
+    assert {path.parent.name for path in in_bf16} == {"k4_control", "k4_minibatch", "k4_passes"}
+    for path, chosen in in_bf16.items():
+        assert not chosen.attention_fp32, path
