@@ -261,7 +261,26 @@ def _read_chain(path: Path, below: tuple[Path, ...]) -> Any:
     parent = _read_chain(base_path, chain)
     if not isinstance(parent, dict):
         raise RecipeError(f"{base_path}: a base must hold a mapping of sections")
+    nulled = next(_nulled_mappings(parent, raw), None)
+    if nulled is not None:
+        raise RecipeError(f"{path}: {nulled} is empty (null) and would drop every key its base {base} sets under "
+                          f"{nulled}; remove the line, or list the keys to change under it")
     return merge_recipes(parent, raw)
+
+
+NULL_TURNS_OFF = ("peft",)  # top-level sections where a child's null means "off" (documented), not a slip
+
+
+def _nulled_mappings(parent: dict, child: dict, prefix: str = ""):
+    """Dotted keys where ``child`` holds null over a non-empty mapping of ``parent``: a key left empty
+    (``training:`` with every line under it commented out) would replace the base's whole section."""
+    for key, value in child.items():
+        where = f"{prefix}{key}"
+        below = parent.get(key)
+        if value is None and isinstance(below, dict) and below and where not in NULL_TURNS_OFF:
+            yield where
+        elif isinstance(value, dict) and isinstance(below, dict):
+            yield from _nulled_mappings(below, value, f"{where}.")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

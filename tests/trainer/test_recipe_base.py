@@ -117,6 +117,27 @@ def test_null_turns_a_base_section_off_and_overrides_apply_after_the_merge(tmp_p
         load_recipe(child, ["base=other.yaml"])
 
 
+def test_an_empty_section_over_a_base_is_refused_naming_the_file_and_key(tmp_path):
+    """``training:`` left with every line under it commented out is YAML null, and null replaces a
+    base's whole value: the child would silently train at every default. Refused, except for ``peft``
+    (null turns LoRA off, documented); an empty mapping ``{}`` and a null scalar stay fine."""
+    write(tmp_path / "base.yaml", {**GRPO, "model": {"preset": "tiny", "config": {"num_hidden_layers": 1}}})
+    child = tmp_path / "child.yaml"
+    child.write_text("base: base.yaml\ntraining:\n  # learning_rate: 3e-4\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as raised:
+        load_recipe(child)
+    assert str(raised.value).startswith(f"{child}: training is empty (null)"), raised.value
+    assert "base base.yaml" in str(raised.value)
+    nested = write(tmp_path / "nested.yaml", {"base": "base.yaml", "model": {"config": None}})
+    with pytest.raises(RecipeError, match=r"nested.yaml: model.config is empty \(null\)"):
+        load_recipe(nested)
+    fine = write(tmp_path / "fine.yaml", {"base": "base.yaml", "training": {}, "data": {"max_rows": None},
+                                          "peft": None})
+    recipe = load_recipe(fine)
+    assert recipe["training"]["learning_rate"] == 1e-5 and "peft" not in recipe
+    assert recipe["model"]["config"] == {"num_hidden_layers": 1}
+
+
 def test_a_chain_of_bases(tmp_path):
     write(tmp_path / "a.yaml", GRPO)
     write(tmp_path / "sub" / "b.yaml", {"base": "../a.yaml", "seed": 7, "rollout": {"group_size": 6}})
