@@ -69,6 +69,7 @@ COMMON_SECTIONS: dict[str, dict[str, Any]] = {
 }
 # optional, for the kinds that take it: absent or null = full fine-tuning
 PEFT_SECTION = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": REQUIRED, "target_parameters": None}
+NULL_TURNS_OFF = ("peft",)  # the optional sections: a child's null over its base's turns it off (not a slip)
 # Ranges and types of the common sections' values ("section.key" -> (test, what it must be)); each
 # kind checks its own sections' values (TrainingKind.values), the training fields below by _check_training.
 VALUES = {
@@ -266,9 +267,6 @@ def _read_chain(path: Path, below: tuple[Path, ...]) -> Any:
         raise RecipeError(f"{path}: {nulled} is empty (null) and would drop every key its base {base} sets under "
                           f"{nulled}; remove the line, or list the keys to change under it")
     return merge_recipes(parent, raw)
-
-
-NULL_TURNS_OFF = ("peft",)  # top-level sections where a child's null means "off" (documented), not a slip
 
 
 def _nulled_mappings(parent: dict, child: dict, prefix: str = ""):
